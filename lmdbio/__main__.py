@@ -1,0 +1,7 @@
+"""``python -m lmdbio``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

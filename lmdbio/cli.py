@@ -1,0 +1,108 @@
+"""The ``lmdbio`` command: make datasets, inspect LMDB files, run benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+
+from .errors import LmdbioError
+
+__all__ = ["main", "build_parser"]
+
+
+def _cmd_make_dataset(args) -> int:
+    from .datasets import make_dataset
+
+    out = make_dataset(args.out, preset=args.preset, records=args.records, encoded=args.encoded,
+                       commit_every=args.commit_every, seed=args.seed,
+                       lmdb_format=args.lmdb_format, force=args.force,
+                       progress=not args.quiet)
+    print(out)
+    return 0
+
+
+def _cmd_info(args) -> int:
+    from .index import describe
+
+    print(json.dumps(describe(args.path), indent=2))
+    return 0
+
+
+def _cmd_dump(args) -> int:
+    from .index import dump
+
+    dump(args.path, sys.stdout)
+    return 0
+
+
+def _cmd_index(args) -> int:
+    from .provenance import write_provenance
+
+    print(write_provenance(args.path))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lmdbio", description="Parallel LMDB reading for deep learning (LMDBIO reproduction).")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("make-dataset", help="write a Caffe-style LMDB of synthetic Datums")
+    p.add_argument("--preset", choices=["cifar10", "imagenet"], default="cifar10")
+    p.add_argument("--records", type=int, default=1000, help="number of records (default 1000)")
+    p.add_argument("--out", required=True, help="LMDB directory to create")
+    p.add_argument("--encoded", action="store_true", help="store JPEG bytes instead of raw pixels")
+    p.add_argument("--commit-every", type=int, default=1000,
+                   help="records per write transaction (default 1000, as convert_imageset)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lmdb-format", choices=["0.9", "1.0"], default="0.9")
+    p.add_argument("--force", action="store_true", help="replace an existing database")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_make_dataset)
+
+    p = sub.add_parser("info", help="describe an LMDB file as JSON (our own parser)")
+    p.add_argument("path", help="LMDB directory or data.mdb file")
+    p.set_defaults(func=_cmd_info)
+
+    p = sub.add_parser("dump", help="print records in mdb_dump's bytevalue format (our own parser)")
+    p.add_argument("path", help="LMDB directory or data.mdb file")
+    p.set_defaults(func=_cmd_dump)
+
+    p = sub.add_parser("index", help="write or refresh the provenance sidecar used by PROV")
+    p.add_argument("path", help="LMDB directory or data.mdb file")
+    p.set_defaults(func=_cmd_index)
+
+    if importlib.util.find_spec("lmdbio.bench") is not None:
+        from .bench import add_bench_parser
+
+        add_bench_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``lmdbio`` console script and ``python -m lmdbio``."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (LmdbioError, ValueError, OSError) as exc:
+        if args.debug:
+            raise
+        msg = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"lmdbio: error: {msg}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("lmdbio: error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

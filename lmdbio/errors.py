@@ -1,0 +1,34 @@
+"""Exception classes: one base, one subclass per kind of failure."""
+
+__all__ = [
+    "LmdbioError",
+    "LmdbFormatError",
+    "ProvenanceError",
+    "ConfigurationError",
+    "DatasetError",
+    "SnapshotError",
+]
+
+
+class LmdbioError(Exception):
+    """Base class of every error lmdbio raises on purpose."""
+
+
+class LmdbFormatError(LmdbioError):
+    """A data.mdb file is not a valid LMDB file this reader supports."""
+
+
+class ProvenanceError(LmdbioError):
+    """A provenance sidecar is missing, stale, or does not match the file."""
+
+
+class ConfigurationError(LmdbioError, ValueError):
+    """Options that cannot work together (bad variant, impossible combination)."""
+
+
+class DatasetError(LmdbioError):
+    """A dataset cannot be made or read (exists already, no space, empty)."""
+
+
+class SnapshotError(LmdbioError):
+    """An index belongs to another snapshot of the database than the one in use."""
