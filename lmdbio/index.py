@@ -1,0 +1,403 @@
+"""Record index of an LMDB main DB: (offset, size) arrays from a branch+leaf walk.
+
+The walk reads branch and leaf pages only, never the overflow pages holding
+the values, and is bounded by the meta's page counts and the file size, so a
+damaged file gives one :class:`~lmdbio.errors.LmdbFormatError`, never a hang.
+A :class:`Snapshot` holds an LMDB read transaction so a concurrent writer
+cannot recycle the pages an index points to. Nothing here imports ``lmdb``
+except :func:`open_snapshot`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+from . import format as fmt
+from .errors import LmdbFormatError, SnapshotError
+
+__all__ = ["RecordIndex", "Snapshot", "build_index", "open_snapshot", "describe", "dump"]
+
+# Leaf pages decoded per numpy batch: bounds memory (psize * batch) and keeps arrays large.
+_LEAF_BATCH = 2048
+
+
+@dataclass
+class RecordIndex:
+    """Where every value of the main DB lies in data.mdb, in key (cursor) order."""
+
+    path: Path
+    meta: fmt.MetaInfo
+    offsets: np.ndarray        # uint64 file offset of each value
+    sizes: np.ndarray          # uint32 value sizes
+    txnid: int
+    pages_read: int            # branch + leaf pages visited
+    leaf_pgnos: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    leaf_starts: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))  # record of each leaf, + n
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def overflow(self) -> np.ndarray:
+        """Bool per record: the value lives in overflow pages (else inline in its leaf)."""
+        return (self.offsets % self.meta.psize) == self.meta.header_size
+
+    def keys(self, start: int = 0, stop: int | None = None) -> list[bytes]:
+        """Keys of records [start, stop), read again from their leaf pages."""
+        n = len(self)
+        start, stop, _ = slice(start, stop).indices(n)
+        if start >= stop:
+            return []
+        first = int(np.searchsorted(self.leaf_starts, start, side="right")) - 1
+        last = int(np.searchsorted(self.leaf_starts, stop - 1, side="right")) - 1
+        out: list[bytes] = []
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            for leaf in range(first, last + 1):
+                pgno = int(self.leaf_pgnos[leaf])
+                page = fmt.read_page(fd, self.meta, pgno)
+                nodes = fmt.leaf_nodes(page, self.meta, pgno)
+                base = int(self.leaf_starts[leaf])
+                if len(nodes.pos) != int(self.leaf_starts[leaf + 1]) - base:
+                    raise SnapshotError(f"{self.path}: leaf page {pgno} changed since the index was "
+                                        f"built (txnid {self.txnid}); hold a Snapshot while using it")
+                out += fmt.leaf_keys(page, nodes, max(start - base, 0), stop - base)
+        finally:
+            os.close(fd)
+        return out
+
+    def read(self, i: int) -> bytes:
+        """Value of record ``i`` by one pread (for tests and tools; readers batch their own)."""
+        off, size = int(self.offsets[i]), int(self.sizes[i])
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            buf = os.pread(fd, size, off)
+        finally:
+            os.close(fd)
+        if len(buf) != size:
+            raise LmdbFormatError(f"{self.path}: record {i}: file ends inside the value "
+                                  f"({size} bytes at offset {off})")
+        return buf
+
+
+def _walk(fd: int, meta: fmt.MetaInfo) -> RecordIndex:
+    name = meta.path
+    if meta.root is None:
+        empty = np.zeros(0, np.int64)
+        return RecordIndex(Path(name), meta, np.zeros(0, np.uint64), np.zeros(0, np.uint32),
+                           meta.txnid, 0, empty, np.zeros(1, np.int64))
+    visited: set[int] = set()
+    level = np.array([meta.root], dtype=np.int64)
+    budget = meta.branch_pages + meta.leaf_pages
+    branches = 0
+    for depth in range(meta.depth - 1):
+        nxt = []
+        for pgno in level.tolist():
+            if pgno in visited:
+                raise fmt._fail(name, pgno, "page is reached twice (a cycle or shared child)")
+            visited.add(pgno)
+            if len(visited) > budget:
+                raise fmt._fail(name, pgno, f"walk visits more than the {budget} branch+leaf pages "
+                                            "the meta records (cycle or damaged branch)")
+            page = fmt.read_page(fd, meta, pgno)
+            nxt.append(fmt.branch_children(page, meta, pgno))
+            branches += 1
+        level = np.concatenate(nxt)
+        if len(visited) + len(level) > budget:
+            raise fmt._fail(name, int(level[0]), f"branch pages at depth {depth + 1} point to "
+                                                 f"{len(level)} children, more than the meta's "
+                                                 f"{budget} branch+leaf pages")
+    if branches != meta.branch_pages:
+        raise fmt._fail(name, meta.root, f"walk found {branches} branch pages, meta says "
+                                         f"{meta.branch_pages} (damaged tree or meta)")
+    leaves = level
+    if len(leaves) != meta.leaf_pages:
+        raise fmt._fail(name, meta.root, f"walk found {len(leaves)} leaf pages, meta says "
+                                         f"{meta.leaf_pages} (damaged tree or meta)")
+    dup = np.intersect1d(leaves, np.fromiter(visited, np.int64, len(visited)))
+    if len(dup) or len(np.unique(leaves)) != len(leaves):
+        bad = int(dup[0]) if len(dup) else int(leaves[np.argmax(np.bincount(leaves).take(leaves) > 1)])
+        raise fmt._fail(name, bad, "page is reached twice (a cycle or shared child)")
+    bad = (leaves < 2) | (leaves > meta.last_pgno) | (leaves >= meta.file_pages)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise fmt._fail(name, int(leaves[i]), f"leaf page number is outside 2..{meta.last_pgno} "
+                                              f"(file has {meta.file_pages} pages)")
+
+    psize, hdr = meta.psize, meta.header_size
+    offs, sizes, counts = [], [], []
+    ov_total = 0
+    for b in range(0, len(leaves), _LEAF_BATCH):
+        chunk = leaves[b:b + _LEAF_BATCH]
+        raw = b"".join(_pread_pages(fd, meta, chunk))
+        pages = np.frombuffer(raw, dtype=np.uint8).reshape(len(chunk), psize)
+        nodes, cnt = fmt.leaf_table(pages, chunk, meta)
+        big = nodes.ov_pgno >= 0
+        page_start = np.repeat(chunk, cnt) * psize
+        off = np.where(big, nodes.ov_pgno * psize + hdr, page_start + nodes.data_pos)
+        if big.any():
+            ov, sz = nodes.ov_pgno[big], nodes.size[big]
+            npages = fmt.overflow_pages(sz, hdr, psize)
+            end = ov + npages - 1
+            badov = (ov < 2) | (end > meta.last_pgno) | (end >= meta.file_pages)
+            if badov.any():
+                i = int(np.flatnonzero(big)[np.argmax(badov)])
+                pg = int(np.repeat(chunk, cnt)[i])
+                raise fmt._fail(name, pg, f"overflow value at pages {int(ov[np.argmax(badov)])}.."
+                                          f"{int(end[np.argmax(badov)])} lies outside 2..{meta.last_pgno} "
+                                          f"(file has {meta.file_pages} pages)")
+            ov_total += int(npages.sum())
+        offs.append(off)
+        sizes.append(nodes.size)
+        counts.append(cnt)
+    offsets = np.concatenate(offs).astype(np.uint64)
+    size_arr = np.concatenate(sizes)
+    counts_arr = np.concatenate(counts)
+    if len(offsets) != meta.entries:
+        raise fmt._fail(name, meta.root, f"walk found {len(offsets)} records, meta says "
+                                         f"{meta.entries} entries (damaged tree or meta)")
+    # LMDB reuses a value's overflow pages in place for a smaller value, so the
+    # meta's count may exceed what the sizes need; never the other way round.
+    if ov_total > meta.overflow_pages:
+        raise fmt._fail(name, meta.root, f"values use {ov_total} overflow pages, meta says "
+                                         f"{meta.overflow_pages} (damaged leaf or meta)")
+    starts = np.zeros(len(leaves) + 1, np.int64)
+    np.cumsum(counts_arr, out=starts[1:])
+    return RecordIndex(Path(name), meta, offsets, size_arr.astype(np.uint32), meta.txnid,
+                       branches + len(leaves), leaves, starts)
+
+
+def _pread_pages(fd: int, meta: fmt.MetaInfo, pgnos: np.ndarray) -> list[bytes]:
+    """Pages by pread, runs of consecutive page numbers in one call."""
+    psize = meta.psize
+    out = []
+    p = pgnos.tolist()
+    i = 0
+    while i < len(p):
+        j = i + 1
+        while j < len(p) and p[j] == p[j - 1] + 1 and j - i < 256:
+            j += 1
+        buf = os.pread(fd, psize * (j - i), p[i] * psize)
+        if len(buf) != psize * (j - i):
+            raise fmt._fail(meta.path, p[i], "file ends inside the page; the file is truncated")
+        out.append(buf)
+        i = j
+    return out
+
+
+def build_index(path, *, snapshot: Snapshot | None = None) -> RecordIndex:
+    """Index the main DB of the LMDB at ``path`` (dir or data.mdb) by walking branch and leaf pages.
+
+    Args:
+        path: LMDB directory or data.mdb file.
+        snapshot: an open :class:`Snapshot` of the same file; the index then
+            describes that snapshot's tree, and its pages stay valid while the
+            snapshot is open. Without one, the current meta is used, which is
+            only safe when no writer is active.
+    Returns:
+        A :class:`RecordIndex`.
+    """
+    f = fmt.db_file(path)
+    if snapshot is not None:
+        if snapshot.closed:
+            raise SnapshotError(f"snapshot of {snapshot.path} is closed; open a new one")
+        if os.path.realpath(f) != os.path.realpath(snapshot.path):
+            raise ValueError(f"snapshot is of {snapshot.path}, not {f}")
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        meta = snapshot.meta if snapshot is not None else fmt.read_meta(fd)
+        meta = _with_path(meta, str(f))
+        index = _walk(fd, meta)
+    finally:
+        os.close(fd)
+    index.path = f
+    return index
+
+
+def _with_path(meta: fmt.MetaInfo, path: str) -> fmt.MetaInfo:
+    from dataclasses import replace
+
+    return meta if meta.path == path else replace(meta, path=path)
+
+
+# py-lmdb refuses to open one environment twice in a process, so snapshots of
+# the same file share one read-only Environment (per process: never after fork).
+_ENVS: dict[tuple, list] = {}
+_ENVS_LOCK = threading.Lock()
+
+
+def _env_acquire(where: str, subdir: bool, lib_version: int):
+    import lmdb
+
+    key = (os.getpid(), os.path.realpath(where), lib_version)
+    with _ENVS_LOCK:
+        entry = _ENVS.get(key)
+        if entry is None:
+            kwargs = dict(subdir=subdir, readonly=True, create=False, readahead=False,
+                          lib_version=lib_version, max_readers=126, max_spare_txns=0)
+            try:
+                env, locked = lmdb.open(where, lock=True, **kwargs), True
+            except lmdb.Error:
+                # No writable lock file (read-only media): nothing can write there either.
+                env, locked = lmdb.open(where, lock=False, **kwargs), False
+            entry = _ENVS[key] = [env, locked, 0]
+        entry[2] += 1
+        return key, entry[0], entry[1]
+
+
+def _env_release(key) -> None:
+    with _ENVS_LOCK:
+        entry = _ENVS.get(key)
+        if entry is None:
+            return
+        entry[2] -= 1
+        if entry[2] <= 0:
+            del _ENVS[key]
+            entry[0].close()
+
+
+class Snapshot:
+    """An LMDB read transaction held open on a data.mdb, pinning one version of its tree.
+
+    While it is open, a concurrent writer cannot recycle the pages of that
+    version, so offsets from :func:`build_index` ``(snapshot=...)`` stay valid.
+    Use as a context manager or call :meth:`close`.
+    """
+
+    def __init__(self, path, *, retries: int = 20):
+        self.path = fmt.db_file(path)
+        self.closed = False
+        meta = fmt.read_meta(self.path)
+        lib_version = 1 if meta.format_version == 3 else 0
+        subdir = self.path.name == "data.mdb"
+        where = str(self.path.parent if subdir else self.path)
+        self._key, self._env, self.locked = _env_acquire(where, subdir, lib_version)
+        try:
+            for _ in range(retries):
+                txn = self._env.begin(buffers=True)
+                tid = txn.id()
+                found = [m for m in fmt.meta_candidates(self.path) if m.txnid == tid]
+                if found:
+                    self._txn = txn
+                    self.txnid = tid
+                    self.meta = fmt.validate_meta(found[0])
+                    return
+                # A writer committed twice between begin() and reading the metas: retry.
+                txn.abort()
+            raise SnapshotError(f"{self.path}: could not pin a snapshot in {retries} tries "
+                                "(writer too busy); try again")
+        except BaseException:
+            _env_release(self._key)
+            self.closed = True
+            raise
+
+    @property
+    def txn(self):
+        """The py-lmdb read transaction holding the snapshot (for tools and tests)."""
+        return self._txn
+
+    def check(self, index_or_txnid) -> None:
+        """Raise SnapshotError unless the index (or txnid) belongs to this snapshot."""
+        tid = index_or_txnid if isinstance(index_or_txnid, int) else index_or_txnid.txnid
+        if self.closed:
+            raise SnapshotError(f"snapshot of {self.path} is closed; open a new one and rebuild "
+                                "the index")
+        if tid != self.txnid:
+            raise SnapshotError(f"{self.path}: index is of txnid {tid} but the snapshot is txnid "
+                                f"{self.txnid}; rebuild it with build_index(path, snapshot=snap)")
+
+    def build_index(self) -> RecordIndex:
+        """The record index of this snapshot."""
+        return build_index(self.path, snapshot=self)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            try:
+                self._txn.abort()
+            finally:
+                _env_release(self._key)
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"txnid={self.txnid}"
+        return f"Snapshot({str(self.path)!r}, {state})"
+
+
+def open_snapshot(path) -> Snapshot:
+    """Open a :class:`Snapshot` of the LMDB at ``path`` (needs the ``lmdb`` package)."""
+    return Snapshot(path)
+
+
+def describe(path) -> dict:
+    """Facts about an LMDB file for ``lmdbio info`` (our parser only; walks the tree to check it)."""
+    from .provenance import provenance_status
+
+    f = fmt.db_file(path)
+    meta = fmt.read_meta(f)
+    index = build_index(f)
+    used = meta.branch_pages + meta.leaf_pages + meta.overflow_pages
+    return {
+        "path": str(f),
+        "format": meta.format_name,
+        "data_version": meta.format_version,
+        "page_size": meta.psize,
+        "page_header_bytes": meta.header_size,
+        "entries": meta.entries,
+        "depth": meta.depth,
+        "pages": {"meta": 2, "branch": meta.branch_pages, "leaf": meta.leaf_pages,
+                  "overflow": meta.overflow_pages,
+                  "free_or_other_db": meta.last_pgno + 1 - 2 - used,
+                  "last_pgno": meta.last_pgno, "in_file": meta.file_pages},
+        "pages_read_to_index": index.pages_read,
+        "values_inline": int((~index.overflow).sum()),
+        "value_bytes": int(index.sizes.sum(dtype=np.uint64)),
+        "txnid": meta.txnid,
+        "file_size": meta.file_size,
+        "mapsize": meta.mapsize,
+        "provenance": provenance_status(f),
+    }
+
+
+_DB_FLAG_NAMES = ((0x02, "reversekey"), (0x04, "dupsort"), (0x08, "integerkey"),
+                  (0x10, "dupfixed"), (0x20, "integerdup"), (0x40, "reversedup"))
+
+
+def dump(path, stream: TextIO) -> None:
+    """Write the main DB in ``mdb_dump``'s bytevalue format, using only our parser."""
+    f = fmt.db_file(path)
+    index = build_index(f)
+    meta = index.meta
+    head = ["VERSION=3", "format=bytevalue", "type=btree", f"mapsize={meta.mapsize}",
+            "maxreaders=126"]
+    head += [f"{name}=1" for bit, name in _DB_FLAG_NAMES if meta.db_flags & bit]
+    head += [f"db_pagesize={meta.psize}", "HEADER=END"]
+    stream.write("\n".join(head) + "\n")
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        per = 256
+        for s in range(0, len(index), per):
+            keys = index.keys(s, s + per)
+            lines = []
+            for j, key in enumerate(keys):
+                off, size = int(index.offsets[s + j]), int(index.sizes[s + j])
+                value = os.pread(fd, size, off)
+                if len(value) != size:
+                    raise LmdbFormatError(f"{f}: record {s + j}: file ends inside the value "
+                                          f"({size} bytes at offset {off}); the file is truncated")
+                lines.append(f" {key.hex()}\n {value.hex()}\n")
+            stream.write("".join(lines))
+    finally:
+        os.close(fd)
+    stream.write("DATA=END\n")
