@@ -1,0 +1,30 @@
+"""lmdbio: parallel LMDB reading for deep-learning training over MPI.
+
+A reproduction of LMDBIO (Pumma, Si, Feng, Balaji: HPCC 2017, ICPADS 2017,
+ACM TOPC 2019): Caffe's LMDB access pattern as the baseline, and the six
+optimizations LMM, DM, DIO, PROV, COAL and STAG, which all deliver exactly
+the same records.
+"""
+
+from .errors import (ConfigurationError, DatasetError, LmdbFormatError, LmdbioError,
+                     ProvenanceError, SnapshotError)
+from .options import VARIANTS, Options, parse_variant
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "VARIANTS", "Options", "parse_variant", "Reader", "Batch", "make_dataset",
+    "LmdbioError", "LmdbFormatError", "ProvenanceError", "ConfigurationError",
+    "DatasetError", "SnapshotError",
+]
+
+
+def __getattr__(name):
+    # Reader pulls in mpi4py (MPI_Init): import it only when asked for.
+    if name in ("Reader", "Batch"):
+        from . import reader
+        return getattr(reader, name)
+    if name == "make_dataset":
+        from .datasets import make_dataset
+        return make_dataset
+    raise AttributeError(f"module 'lmdbio' has no attribute {name!r}")

@@ -1,0 +1,178 @@
+"""Fetching: cursor walks over LMDB's map, direct reads of byte extents, staggering."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .errors import LmdbioError
+
+__all__ = ["plan_extents", "read_extents", "CursorWalker", "positions_runs", "Stagger"]
+
+PAGE = 4096
+
+
+def positions_runs(start: int, count: int, n: int) -> list[tuple[int, int]]:
+    """Split records ``start .. start+count-1`` (mod ``n``) into contiguous (first, length) runs."""
+    runs = []
+    pos = start % n
+    while count > 0:
+        m = min(count, n - pos)
+        runs.append((pos, m))
+        count -= m
+        pos = 0
+    return runs
+
+
+def plan_extents(offsets: np.ndarray, sizes: np.ndarray, max_gap: int = 64 << 10):
+    """The fewest file extents that cover the records, and where each record lands.
+
+    Records are sorted by file offset and merged into one extent while the
+    hole to the next record is at most ``max_gap`` bytes (page headers, leaf
+    pages: reading a little more beats another request). Extents are laid
+    out back to back in the destination buffer, so a record at file offset
+    ``o`` inside extent ``e`` lands at ``base[e] + o - start[e]``.
+
+    Returns:
+        ``(ext_start, ext_len, rec_buf_off)``: uint64 extent file offsets and
+        lengths, and each record's int64 offset in the buffer (input order).
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    n = len(offsets)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(offsets, kind="stable")
+    s = offsets[order]
+    e = s + sizes[order]
+    reach = np.maximum.accumulate(e)
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > reach[:-1] + max_gap
+    first = np.flatnonzero(new)
+    ext_id = np.cumsum(new) - 1
+    ext_start = s[first]
+    ext_end = np.maximum.reduceat(e, first)
+    ext_len = ext_end - ext_start
+    base = np.concatenate(([0], np.cumsum(ext_len)[:-1]))
+    rec_buf_off = np.empty(n, dtype=np.int64)
+    rec_buf_off[order] = base[ext_id] + (s - ext_start[ext_id])
+    return ext_start, ext_len, rec_buf_off
+
+
+def read_extents(fd: int, buf: np.ndarray, ext_start: np.ndarray, ext_len: np.ndarray,
+                 path: str = "data.mdb") -> tuple[int, int]:
+    """Read each extent with one ``os.preadv`` straight into ``buf``, back to back.
+
+    Returns ``(bytes, calls)``. A short read (file truncated under us) is an
+    LmdbioError, never a half-filled batch.
+    """
+    mv = memoryview(buf).cast("B")
+    pos = 0
+    calls = 0
+    for off, length in zip(ext_start.tolist(), ext_len.tolist()):
+        done = 0
+        while done < length:
+            got = os.preadv(fd, [mv[pos + done:pos + length]], off + done)
+            calls += 1
+            if got <= 0:
+                raise LmdbioError(
+                    f"{path}: short read at byte {off + done} ({length - done} bytes missing); "
+                    "the file was truncated or replaced while reading - rebuild the index/provenance "
+                    "and restart")
+            done += got
+        pos += length
+    return pos, calls
+
+
+class CursorWalker:
+    """An LMDB cursor that moves the way Caffe's does: ``next()``, wrapping at the end.
+
+    It knows its record position so a caller can ask to walk to a target
+    position; every step is counted. Values are memoryviews into LMDB's map
+    (valid while the read transaction lives), so copying them is where the
+    page faults happen.
+    """
+
+    def __init__(self, env, n: int):
+        self.env = env
+        self.n = n
+        self.txn = env.begin(buffers=True)
+        self.cursor = self.txn.cursor()
+        if not self.cursor.first():
+            raise LmdbioError("the database has no records")
+        self.pos = 0
+        self.walked = 0
+
+    def _step(self) -> None:
+        if not self.cursor.next():
+            self.cursor.first()
+        self.pos = (self.pos + 1) % self.n
+        self.walked += 1
+
+    def skip_to(self, target: int) -> None:
+        """Walk ``next()`` until the cursor is on record ``target`` (mod n)."""
+        steps = (target - self.pos) % self.n
+        nxt, first = self.cursor.next, self.cursor.first
+        for _ in range(steps):
+            if not nxt():
+                first()
+        self.pos = target % self.n
+        self.walked += steps
+
+    def seek_key(self, key: bytes, pos: int) -> None:
+        """Position on ``key`` (record ``pos``): a B-tree descent, DM's portable cursor."""
+        if not self.cursor.set_key(key):
+            raise LmdbioError(f"portable cursor key {key!r} is not in the database")
+        self.pos = pos % self.n
+
+    def take(self, count: int) -> list:
+        """The next ``count`` values (walking over them); the cursor ends after the last."""
+        out = []
+        cur = self.cursor
+        append, value, nxt, first = out.append, cur.value, cur.next, cur.first
+        for _ in range(count):
+            append(value())
+            if not nxt():
+                first()
+        self.pos = (self.pos + count) % self.n
+        self.walked += count
+        return out
+
+    def key(self) -> bytes:
+        return bytes(self.cursor.key())
+
+    def close(self) -> None:
+        self.cursor.close()
+        self.txn.abort()
+
+
+class Stagger:
+    """STAG: readers in groups of ``size``; group g reads after group g-1's same-position reader."""
+
+    TAG = 7331
+
+    def __init__(self, readers_comm, size: int):
+        self.comm = readers_comm
+        self.size = max(1, int(size))
+        k = readers_comm.rank
+        self.prev = k - self.size if k - self.size >= 0 else None
+        self.next = k + self.size if k + self.size < readers_comm.size else None
+        self._pending = []
+
+    def wait_turn(self) -> None:
+        if self.prev is not None:
+            self.comm.recv(source=self.prev, tag=self.TAG)
+
+    def pass_turn(self) -> None:
+        if self.next is not None:
+            self._pending.append(self.comm.isend(None, dest=self.next, tag=self.TAG))
+        if len(self._pending) > 8:
+            self._pending[0].wait()
+            self._pending.pop(0)
+
+    def close(self) -> None:
+        for r in self._pending:
+            r.wait()
+        self._pending.clear()

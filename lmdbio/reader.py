@@ -1,0 +1,546 @@
+"""The parallel Reader: locate -> fetch -> distribute, one Batch per call."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from mpi4py import MPI
+
+from . import datum
+from .errors import ConfigurationError, LmdbioError
+from .io import CursorWalker, Stagger, plan_extents, positions_runs, read_extents
+from .metrics import PhaseRecorder
+from .options import Options, parse_variant
+from .shm import GroupBuffer
+from .topology import Topology, make_topology
+
+__all__ = ["Reader", "Batch", "collective"]
+
+
+class Batch:
+    """One rank's share of a global batch: a buffer plus per-record offsets and sizes.
+
+    ``batch[i]`` is a zero-copy memoryview of record i's value. Views into
+    shared memory stay valid until this rank's second following
+    ``read_batch()``; copy what must live longer.
+    """
+
+    __slots__ = ("buffer", "offsets", "sizes", "indices")
+
+    def __init__(self, buffer: np.ndarray, offsets: np.ndarray, sizes: np.ndarray,
+                 indices: np.ndarray):
+        self.buffer = buffer
+        self.offsets = offsets
+        self.sizes = sizes
+        self.indices = indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> memoryview:
+        o = int(self.offsets[i])
+        return memoryview(self.buffer)[o:o + int(self.sizes[i])]
+
+    def __iter__(self):
+        mv = memoryview(self.buffer)
+        for o, s in zip(self.offsets.tolist(), self.sizes.tolist()):
+            yield mv[o:o + s]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of this rank's records."""
+        return int(self.sizes.sum())
+
+    def as_datum_array(self, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Decode the records as Caffe Datums: ``(n, c, h, w)`` uint8 images and labels."""
+        return datum.decode_many(self, out=out)
+
+
+def collective(comm: MPI.Comm, fn: Callable, *args, **kwargs):
+    """Run ``fn`` on every rank; if it fails anywhere, raise on every rank.
+
+    The error raised is the failing rank's (lowest rank wins), re-raised with
+    its type where that is one of ours or a builtin, so no rank is left
+    waiting in a later collective.
+    """
+    try:
+        result, err = fn(*args, **kwargs), None
+    except (LmdbioError, ValueError, TypeError, OSError, NotImplementedError) as exc:
+        result, err = None, exc
+    except Exception as exc:  # anything else still must not strand the other ranks
+        result, err = None, exc
+    errors = comm.allgather(None if err is None else (type(err), str(err)))
+    failed = [(r, e) for r, e in enumerate(errors) if e is not None]
+    if failed:
+        if err is not None and failed[0][0] == comm.rank:
+            raise err
+        r, (etype, msg) = failed[0]
+        if not (isinstance(etype, type) and issubclass(etype, Exception)):
+            etype = LmdbioError
+        try:
+            exc = etype(f"rank {r}: {msg}")
+        except Exception:
+            exc = LmdbioError(f"rank {r}: {msg}")
+        raise exc
+    return result
+
+
+def _gcd_positions(n: int, batch: int, lo: int, count: int) -> np.ndarray:
+    """Record positions a reader touches over all batches: p with (p - lo) mod g < count.
+
+    Batch t starts at t*B mod N, which takes every multiple of g = gcd(N, B).
+    """
+    g = math.gcd(n, batch)
+    if count >= g:
+        return np.arange(n, dtype=np.int64)
+    p = np.arange(n, dtype=np.int64)
+    return p[((p - lo) % g) < count]
+
+
+class Reader:
+    """Reads an LMDB from many MPI ranks; every variant delivers the same records.
+
+    Global batch t holds the records at positions ``(t*B + j) mod N`` in key
+    order; rank r of P gets ``j`` in ``[r*B/P, (r+1)*B/P)``.
+
+    Args:
+        path: LMDB directory or data.mdb file.
+        batch_size: global batch size B (a multiple of the number of ranks).
+        comm: communicator (default COMM_WORLD).
+        variant: a name from ``lmdbio.VARIANTS`` (case-insensitive).
+        ranks_per_node: None for real nodes; k for virtual nodes of k ranks.
+        readers_per_node: reader ranks per node.
+        options: explicit :class:`Options` instead of ``variant``.
+        coalesce_bytes: COAL's target request size (default 4 MiB).
+        stagger_size: STAG's readers per group (default half the readers).
+        build_provenance: PROV builds a missing or stale sidecar instead of failing.
+        measure: record per-phase timings for :meth:`stats`.
+        on_error: ``"abort"`` (default) ends the whole job when a read fails on
+            any rank; ``"raise"`` raises on the failing rank only (the others
+            may then wait forever: for single-rank use and debugging).
+    """
+
+    def __init__(self, path, batch_size: int, comm: MPI.Comm | None = None,
+                 variant: str = "lmdbio-lmm-dio", ranks_per_node: int | None = None,
+                 readers_per_node: int = 1, *, options: Options | None = None,
+                 coalesce_bytes: int | None = None, stagger_size: int | None = None,
+                 build_provenance: bool = False, measure: bool = True,
+                 on_error: str = "abort"):
+        self.comm = comm = comm if comm is not None else MPI.COMM_WORLD
+        self.rank, self.nprocs = comm.rank, comm.size
+        self._closed = True
+        self._on_error = on_error
+        self.rec = PhaseRecorder(self.rank, enabled=measure)
+        self._t = 0
+        self._walker = self._env = self._snapshot = self._group_buf = self._stagger = None
+        self.topology: Topology | None = None
+        self._fd = -1
+        self._pending: list = []
+
+        def check_args():
+            if on_error not in ("abort", "raise"):
+                raise ValueError(f"on_error must be 'abort' or 'raise', got {on_error!r}")
+            if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+                raise TypeError(f"batch_size must be an integer, got {type(batch_size).__name__}")
+            if batch_size <= 0:
+                raise ValueError(f"batch_size must be positive, got {batch_size}")
+            if batch_size % self.nprocs:
+                raise ValueError(
+                    f"batch_size {batch_size} does not divide among {self.nprocs} ranks; use a "
+                    f"multiple of {self.nprocs} (e.g. {max(1, batch_size // self.nprocs) * self.nprocs})")
+            opts = options if options is not None else parse_variant(
+                variant, coalesce_bytes=coalesce_bytes, stagger_size=stagger_size)
+            if not isinstance(opts, Options):
+                raise TypeError("options must be an lmdbio.Options")
+            from .format import db_file
+            return opts, db_file(path)
+
+        self.options, self.path = collective(comm, check_args)
+        self.variant = self.options.name
+        self.batch_size = int(batch_size)
+        self.per_rank = self.batch_size // self.nprocs
+
+        self.topology = (
+            make_topology(comm, ranks_per_node, readers_per_node) if self.options.localized else None)
+        self.is_reader = self.topology.is_reader if self.topology else True
+
+        # Rank 0 reads the meta page only (no map, no LMDB): entries and file size.
+        def meta():
+            if self.rank == 0:
+                from .format import read_meta
+                m = read_meta(self.path)
+                if m.entries == 0:
+                    raise LmdbioError(f"{self.path} holds no records; nothing to read")
+                return m
+            return None
+
+        m = comm.bcast(collective(comm, meta), root=0)
+        self.n, self.meta = m.entries, m
+        self._mean_size = max(1.0, m.file_size / max(1, m.entries))
+
+        try:
+            with self.rec.phase("setup", -1) as row:
+                self._setup(build_provenance, row)
+        except BaseException:
+            self._release()
+            raise
+        self._closed = False
+
+    # ------------------------------------------------------------------ setup
+    def _setup(self, build_provenance: bool, row: dict) -> None:
+        """Open what each rank needs. Every step that can fail is collective, so a
+        failure on one rank raises on all of them."""
+        o = self.options
+        comm = self.comm
+        if not o.localized:
+            collective(comm, self._open_baseline)
+            return
+        topo = self.topology
+        self.group_size = topo.group_comm.size
+        self.member = topo.group_comm.rank
+        self.group_first = topo.group_ranks[0] * self.per_rank
+        self.group_records = self.group_size * self.per_rank
+        # COAL: batches per request, a power of two, from the mean record size.
+        k = 1
+        if o.coalesce_bytes:
+            per_batch = max(1.0, self.group_records * self._mean_size)
+            k = 2 ** max(0, int(math.floor(math.log2(max(1.0, o.coalesce_bytes / per_batch)))))
+            k = max(1, min(k, max(1, self.n // self.batch_size)))
+        self.coalesce = k
+        if o.locate == "provenance" and build_provenance:
+            collective(comm, self._refresh_provenance)
+        collective(comm, self._open_reader if self.is_reader else (lambda: None))
+        if self.is_reader and o.staggered:
+            size = o.stagger_size or max(1, topo.nreaders // 2)
+            self._stagger = Stagger(topo.readers_comm, size)
+        if o.locate == "index":
+            self._scatter_index(row)
+        cap = int(self.group_records * k * self._mean_size * 1.25) + (64 << 10)
+        self._group_buf = GroupBuffer(topo.group_comm, self.group_records * k, cap)
+
+    def _open_baseline(self) -> None:
+        self._open_env()
+        self._walker = CursorWalker(self._env, self.n)
+
+    def _refresh_provenance(self) -> None:
+        if self.rank == 0:
+            from .errors import ProvenanceError
+            from .provenance import load_provenance, write_provenance
+            try:
+                load_provenance(self.path)
+            except ProvenanceError:
+                write_provenance(self.path)
+
+    def _open_env(self):
+        import lmdb
+
+        subdir = self.path.name == "data.mdb"
+        where = str(self.path.parent if subdir else self.path)
+        # Caffe's settings: read-only map with readahead; no lock file needed to read.
+        self._env = lmdb.open(where, subdir=subdir, readonly=True, lock=False,
+                              readahead=True, create=False, max_readers=126)
+
+    def _open_reader(self) -> None:
+        o = self.options
+        if o.fetch == "mmap":
+            self._open_env()
+            self._walker = CursorWalker(self._env, self.n)
+            if o.speculative:
+                self._fd = os.open(self.path, os.O_RDONLY)
+                self._map_addr = self._env.info()["map_addr"]
+                self._pred = None
+                self._last_ranges: list[tuple[int, int]] = []
+            return
+        from .index import open_snapshot
+
+        # Hold a read transaction while pread-ing so a writer cannot recycle pages.
+        self._snapshot = open_snapshot(self.path)
+        self._fd = os.open(self.path, os.O_RDONLY)
+        if o.locate == "provenance":
+            from .provenance import load_provenance
+
+            self._prov = load_provenance(self.path)
+            self._snapshot.check(self._prov.txnid)
+
+    def _scatter_index(self, row: dict) -> None:
+        """DIO: one rank walks the index once; each reader gets only the records it will read."""
+        topo = self.topology
+        rc = topo.readers_comm
+        if not self.is_reader:
+            return
+        wants = rc.gather((self.group_first, self.group_records), root=0)
+
+        def build():
+            if rc.rank == 0:
+                from .index import build_index
+                return build_index(self.path, snapshot=self._snapshot)
+            return None
+
+        idx = collective(rc, build)
+        if rc.rank == 0:
+            parts = []
+            for lo, count in wants:
+                pos = _gcd_positions(self.n, self.batch_size, lo, count)
+                parts.append((pos, idx.offsets[pos], idx.sizes[pos], idx.txnid))
+            row["pages_read"] = idx.pages_read
+            mine = parts[0]
+            for k in range(1, rc.size):
+                rc.send(parts[k], dest=k, tag=11)
+        else:
+            mine = rc.recv(source=0, tag=11)
+        self._pos, self._offsets, self._sizes, txnid = mine
+        self._snapshot.check(txnid)
+
+    # ------------------------------------------------------------- reading
+    def read_batch(self) -> Batch:
+        """This rank's share of the next global batch."""
+        if self._closed:
+            raise LmdbioError("the Reader is closed")
+        t = self._t
+        try:
+            if not self.options.localized:
+                batch = self._read_baseline(t)
+            else:
+                batch = self._read_localized(t)
+        except Exception as exc:
+            self._fail(exc)
+            raise
+        self._t += 1
+        return batch
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._on_error == "abort" and self.nprocs > 1:
+            print(f"lmdbio: error: rank {self.rank}: {type(exc).__name__}: {exc}; "
+                  "aborting the job so no rank waits forever", file=sys.stderr, flush=True)
+            self.comm.Abort(1)
+
+    def _read_baseline(self, t: int) -> Batch:
+        first = t * self.batch_size + self.rank * self.per_rank
+        w = self._walker
+        with self.rec.phase("locate", t) as row:
+            w0 = w.walked
+            w.skip_to(first)
+            values = w.take(self.per_rank)
+            row["records_walked"] = w.walked - w0
+        with self.rec.phase("read", t, io=True) as row:
+            sizes = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
+            offsets = np.zeros(len(values), dtype=np.int64)
+            np.cumsum(sizes[:-1], out=offsets[1:])
+            buf = np.empty(int(sizes.sum()), dtype=np.uint8)
+            for v, o, s in zip(values, offsets.tolist(), sizes.tolist()):
+                buf[o:o + s] = v
+            row["bytes"] = int(sizes.sum())
+            row["calls"] = len(values)
+        idx = (first + np.arange(self.per_rank, dtype=np.int64)) % self.n
+        return Batch(buf, offsets, sizes, idx)
+
+    def _read_localized(self, t: int) -> Batch:
+        k = self.coalesce
+        chunk, it = divmod(t, k)
+        slot = chunk % GroupBuffer.NSLOTS
+        gb = self._group_buf
+        if it == 0:
+            if self.is_reader:
+                self._fill(chunk, slot)
+            else:
+                with self.rec.phase("wait", t):
+                    gb.receive(slot)
+        data, offs, sizes = gb.current(slot)
+        lo = it * self.group_records + self.member * self.per_rank
+        offs = np.array(offs[lo:lo + self.per_rank])
+        sizes = np.array(sizes[lo:lo + self.per_rank])
+        first = t * self.batch_size + self.group_first + self.member * self.per_rank
+        idx = (first + np.arange(self.per_rank, dtype=np.int64)) % self.n
+        return Batch(data, offs, sizes, idx)
+
+    def _chunk_runs(self, chunk: int) -> list[tuple[int, int]]:
+        """(first, count) runs of the group's records for the batches of one chunk."""
+        k, B, G = self.coalesce, self.batch_size, self.group_records
+        runs = []
+        for t in range(chunk * k, chunk * k + k):
+            runs += positions_runs(t * B + self.group_first, G, self.n)
+        return runs
+
+    def _fill(self, chunk: int, slot: int) -> None:
+        """Reader: locate and fetch one chunk's records into ``slot``, then publish it."""
+        t = chunk * self.coalesce
+        gb = self._group_buf
+        o = self.options
+        if o.fetch == "mmap":
+            values = self._locate_mmap(t)
+            if self._stagger:
+                with self.rec.phase("stagger_wait", t):
+                    self._stagger.wait_turn()
+            with self.rec.phase("read", t, io=True) as row:
+                sizes = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
+                offsets = np.zeros(len(values), dtype=np.int64)
+                np.cumsum(sizes[:-1], out=offsets[1:])
+                buf = gb.reserve(slot, int(sizes.sum()))
+                for v, off, s in zip(values, offsets.tolist(), sizes.tolist()):
+                    buf[off:off + s] = v
+                row["bytes"], row["calls"] = int(sizes.sum()), len(values)
+                if o.speculative:
+                    self._score_prediction(values, row)
+        else:
+            with self.rec.phase("locate", t) as row:
+                rec_off, rec_size = self._locate_extents(chunk)
+                ext_start, ext_len, buf_off = plan_extents(rec_off, rec_size)
+                row["extents"] = len(ext_start)
+            if self._stagger:
+                with self.rec.phase("stagger_wait", t):
+                    self._stagger.wait_turn()
+            with self.rec.phase("read", t, io=True) as row:
+                buf = gb.reserve(slot, int(ext_len.sum()))
+                row["bytes"], row["calls"] = read_extents(self._fd, buf, ext_start, ext_len,
+                                                          str(self.path))
+            offsets, sizes = buf_off, rec_size
+        if self._stagger:
+            self._stagger.pass_turn()
+        with self.rec.phase("distribute", t):
+            gb.publish(slot, offsets, sizes)
+
+    def _locate_extents(self, chunk: int) -> tuple[np.ndarray, np.ndarray]:
+        offs, sizes = [], []
+        for first, count in self._chunk_runs(chunk):
+            if self.options.locate == "provenance":
+                self._prov.verify(self._fd, first, count)
+                o, s = self._prov.extents(first, count)
+            else:
+                i0 = int(np.searchsorted(self._pos, first))
+                o, s = self._offsets[i0:i0 + count], self._sizes[i0:i0 + count]
+            offs.append(o)
+            sizes.append(s)
+        return (np.concatenate(offs).astype(np.int64, copy=False),
+                np.concatenate(sizes).astype(np.int64, copy=False))
+
+    def _locate_mmap(self, t: int) -> list:
+        """LMM walks like Caffe (skipping other readers' records); DM uses the cursor ring."""
+        w = self._walker
+        first = t * self.batch_size + self.group_first
+        if self.options.locate == "walk":
+            with self.rec.phase("locate", t) as row:
+                w0 = w.walked
+                w.skip_to(first)
+                values = w.take(self.group_records)
+                row["records_walked"] = w.walked - w0
+            return values
+        # DM: the portable position (key, record number) travels around the readers' ring.
+        rc = self.topology.readers_comm
+        k, R = rc.rank, rc.size
+        if self.options.speculative:
+            self._speculate(t)
+        with self.rec.phase("ring_wait", t):
+            if R > 1 and not (k == 0 and t == 0):
+                key, pos = rc.recv(source=(k - 1) % R, tag=21)
+            else:
+                key = pos = None
+        with self.rec.phase("locate", t) as row:
+            w0 = w.walked
+            if key is not None:
+                w.seek_key(key, pos)
+            elif t == 0 and w.pos != first:
+                w.skip_to(first)   # single reader at the start: already at record 0
+            values = w.take(self.group_records)
+            row["records_walked"] = w.walked - w0
+            if R > 1:
+                self._pending.append(rc.isend((w.key(), w.pos), dest=(k + 1) % R, tag=21))
+                self._reap()
+        return values
+
+    def _reap(self) -> None:
+        if len(self._pending) > 4:
+            self._pending[0].wait()
+            self._pending.pop(0)
+
+    # DM's speculative I/O: ask for the predicted pages before walking.
+    def _speculate(self, t: int) -> None:
+        with self.rec.phase("speculate", t) as row:
+            self._pred = None
+            if len(self._last_ranges) >= 2:
+                (a0, a1), (b0, b1) = self._last_ranges[-2:]
+                lo, hi = b0 + (b0 - a0), b1 + (b1 - a1)
+                lo, hi = max(0, lo), min(self.meta.file_size, hi)
+                if hi > lo:
+                    os.posix_fadvise(self._fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
+                    self._pred = (lo, hi)
+                    row["bytes"] = hi - lo
+
+    def _score_prediction(self, values: list, row: dict) -> None:
+        if not values:
+            return
+        first = np.frombuffer(values[0], dtype=np.uint8)
+        last = np.frombuffer(values[-1], dtype=np.uint8)
+        lo = first.ctypes.data - self._map_addr
+        hi = last.ctypes.data - self._map_addr + len(values[-1])
+        if hi < lo:   # the group's records wrapped around the end of the file
+            lo, hi = 0, self.meta.file_size
+        self._last_ranges.append((lo, hi))
+        del self._last_ranges[:-2]
+        page = 4096
+        a0, a1 = lo // page, -(-hi // page)
+        if self._pred is None:
+            row["missed_pages"], row["extra_pages"] = a1 - a0, 0
+            return
+        p0, p1 = self._pred[0] // page, -(-self._pred[1] // page)
+        overlap = max(0, min(a1, p1) - max(a0, p0))
+        row["missed_pages"] = (a1 - a0) - overlap
+        row["extra_pages"] = (p1 - p0) - overlap
+
+    # ------------------------------------------------------------- results
+    def stats(self) -> list[dict]:
+        """This rank's rows: one per (batch, phase) with times, getrusage and I/O counters."""
+        extra = {"variant": self.variant, "nprocs": self.nprocs, "is_reader": self.is_reader}
+        return [{**r, **extra} for r in self.rec.rows]
+
+    def close(self) -> None:
+        """Release shared memory, maps and files. Collective."""
+        if self._closed:
+            return
+        self._closed = True
+        o = self.options
+        if o.localized and o.locate == "ring" and self.is_reader:
+            rc = self.topology.readers_comm
+            # The last reader's hand-off for the batch after the last one is still in flight.
+            if rc.size > 1 and rc.rank == 0 and self._t > 0:
+                rc.recv(source=rc.size - 1, tag=21)
+        for r in self._pending:
+            r.wait()
+        self._pending.clear()
+        if self._stagger is not None:
+            self._stagger.close()
+        self._release()
+
+    def _release(self) -> None:
+        if self._group_buf is not None:
+            self._group_buf.close()
+            self._group_buf = None
+        if self._walker is not None:
+            self._walker.close()
+            self._walker = None
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if self._snapshot is not None:
+            self._snapshot.close()
+            self._snapshot = None
+        if self.topology is not None:
+            self.topology.free()
+            self.topology = None
+
+    def __enter__(self) -> "Reader":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None and self.nprocs > 1 and self._on_error == "abort":
+            # One rank failing inside the with-block would leave the others
+            # waiting in close()'s collectives: end the job instead.
+            self._fail(exc)
+        self.close()
