@@ -128,9 +128,9 @@ def db_file(path: str | os.PathLike) -> Path:
     raise LmdbioError(f"{p} does not exist; pass an LMDB directory or its data.mdb file")
 
 
-def _open(path_or_fd) -> tuple[int, bool, str]:
+def _open(path_or_fd, name: str | None = None) -> tuple[int, bool, str]:
     if isinstance(path_or_fd, int):
-        return path_or_fd, False, f"<fd {path_or_fd}>"
+        return path_or_fd, False, name or f"<fd {path_or_fd}>"
     f = db_file(path_or_fd)
     return os.open(f, os.O_RDONLY), True, str(f)
 
@@ -189,9 +189,12 @@ def parse_meta(page: bytes, *, format_version: int, pgno: int, path="data.mdb") 
             "overflow_pages": main[5], "entries": main[6], "root": main[7]}
 
 
-def meta_candidates(path_or_fd) -> list[MetaInfo]:
-    """Both meta pages of the file, validated, as MetaInfo (page 0 first)."""
-    fd, own, name = _open(path_or_fd)
+def meta_candidates(path_or_fd, *, name: str | None = None) -> list[MetaInfo]:
+    """Both meta pages of the file, validated, as MetaInfo (page 0 first).
+
+    ``name`` names an open file descriptor in error messages.
+    """
+    fd, own, name = _open(path_or_fd, name)
     try:
         file_size = os.fstat(fd).st_size
         head = os.pread(fd, _META_READ, 0)
@@ -262,9 +265,14 @@ def validate_meta(meta: MetaInfo) -> MetaInfo:
     return meta
 
 
-def read_meta(path_or_fd) -> MetaInfo:
-    """The current meta (larger txnid of pages 0 and 1) of a data.mdb, validated."""
-    m0, m1 = meta_candidates(path_or_fd)
+def read_meta(path_or_fd, *, name: str | None = None) -> MetaInfo:
+    """The current meta (larger txnid of pages 0 and 1) of a data.mdb, validated.
+
+    Args:
+        path_or_fd: LMDB directory, data.mdb path, or an open file descriptor.
+        name: the file's name for error messages when passing a descriptor.
+    """
+    m0, m1 = meta_candidates(path_or_fd, name=name)
     cur = m1 if m1.txnid > m0.txnid else m0
     return validate_meta(cur)
 

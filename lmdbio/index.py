@@ -211,7 +211,7 @@ def build_index(path, *, snapshot: Snapshot | None = None) -> RecordIndex:
             raise ValueError(f"snapshot is of {snapshot.path}, not {f}")
     fd = os.open(f, os.O_RDONLY)
     try:
-        meta = snapshot.meta if snapshot is not None else fmt.read_meta(fd)
+        meta = snapshot.meta if snapshot is not None else fmt.read_meta(fd, name=str(f))
         meta = _with_path(meta, str(f))
         index = _walk(fd, meta)
     finally:
