@@ -1,0 +1,79 @@
+"""Shared fixtures: small datasets made once per session, and an MPI job launcher."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MPI_SCRIPTS = ROOT / "tests" / "mpi"
+BIN = Path(sys.executable).parent
+
+
+def mpiexec_path() -> str:
+    exe = BIN / "mpiexec"
+    return str(exe) if exe.exists() else "mpiexec"
+
+
+def run_mpi(script: str | Path, n: int, *args, timeout: float = 240, env: dict | None = None,
+            check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``python script args`` under ``mpiexec -n n``; fail the test on non-zero exit."""
+    script = Path(script)
+    if not script.is_absolute():
+        script = MPI_SCRIPTS / script
+    cmd = [mpiexec_path(), "-n", str(n), sys.executable, str(script), *map(str, args)]
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **(env or {})}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env,
+                          cwd=ROOT)
+    if check and proc.returncode != 0:
+        pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}"
+                    f"\n--- stderr\n{proc.stderr[-4000:]}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def datasets(tmp_path_factory) -> dict[str, Path]:
+    """Small databases of every shape the readers must handle (made once per session)."""
+    from lmdbio.datasets import make_dataset
+
+    root = tmp_path_factory.mktemp("datasets")
+    out = {
+        "cifar10": make_dataset(root / "cifar10", "cifar10", 700, commit_every=100, seed=1),
+        "imagenet": make_dataset(root / "imagenet", "imagenet", 40, commit_every=16, seed=2),
+        "jpeg": make_dataset(root / "jpeg", "imagenet", 60, encoded=True, commit_every=25, seed=3),
+        "lmdb10": make_dataset(root / "lmdb10", "cifar10", 500, commit_every=100, seed=4,
+                               lmdb_format="1.0"),
+    }
+    out["reused"] = make_reused_pages_db(root / "reused")
+    return out
+
+
+def make_reused_pages_db(path: Path, n: int = 400, seed: int = 5) -> Path:
+    """A database whose values are not in key order in the file (deletes, re-puts, page reuse)."""
+    import random
+
+    import lmdb
+
+    rng = random.Random(seed)
+    env = lmdb.open(str(path), map_size=1 << 28)
+    keys = [f"{i:08d}_rec".encode() for i in range(n)]
+    order = keys[:]
+    rng.shuffle(order)
+    for start in range(0, n, 50):
+        with env.begin(write=True) as txn:
+            for k in order[start:start + 50]:
+                txn.put(k, bytes([rng.randrange(256)]) * rng.choice([90, 3000, 9000, 20000]))
+    for _ in range(3):
+        with env.begin(write=True) as txn:
+            for k in rng.sample(keys, 60):
+                txn.delete(k)
+        with env.begin(write=True) as txn:
+            for k in keys:
+                if txn.get(k) is None:
+                    txn.put(k, bytes([rng.randrange(256)]) * rng.randrange(1, 30000))
+    env.close()
+    return path

@@ -1,0 +1,70 @@
+"""The Reader under real MPI: records, topologies, errors and failures (issue #4, #5)."""
+
+import subprocess
+import time
+
+import pytest
+
+import lmdbio
+from conftest import run_mpi
+
+pytestmark = pytest.mark.mpi
+
+TOPOLOGIES = "None:1,1:1,2:1,None:2,2:2"
+BUILT = ",".join(lmdbio.VARIANTS)
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
+def test_every_variant_delivers_the_partition(datasets, nprocs):
+    dbs = [datasets[k] for k in ("cifar10", "jpeg", "lmdb10", "reused")]
+    out = run_mpi("check_reader.py", nprocs, "--variants", BUILT, "--topologies", TOPOLOGIES,
+                  "--per-rank", 6, *dbs, timeout=400)
+    assert "0 failures" in out.stdout
+
+
+def test_imagenet_records_and_small_coalescing(datasets):
+    # 196 KB records, coalescing across the epoch wrap, stagger groups of 1.
+    out = run_mpi("check_reader.py", 4, "--variants", BUILT, "--topologies", "None:1,1:1",
+                  "--per-rank", 2, "--extra", 9, "--coalesce-bytes", 1 << 20,
+                  "--stagger-size", 1, datasets["imagenet"])
+    assert "0 failures" in out.stdout
+
+
+def test_non_readers_never_open_the_database(datasets):
+    out = run_mpi("check_nonreaders.py", 4, datasets["cifar10"])
+    assert "ok" in out.stdout
+
+
+def test_bad_arguments_raise_on_every_rank(datasets, tmp_path):
+    import lmdb
+
+    empty = tmp_path / "empty"
+    lmdb.open(str(empty)).close()
+    for variant in ("lmdb", "lmdbio-lmm-dio"):
+        out = run_mpi("check_errors.py", 3, datasets["cifar10"], empty, variant, timeout=120)
+        text = out.stdout
+        assert "does not divide among 3 ranks" in text
+        assert "must be positive" in text
+        assert "does not exist" in text
+        assert "holds no records" in text
+        assert "PROV computes extents for direct reads" in text
+        # The rank that lacked the path names itself; the others repeat its message.
+        assert "rank 2:" in text
+
+
+@pytest.mark.parametrize("mode,needle", [("truncate", "short read"),
+                                         ("raise", "simulated failure")])
+def test_a_failing_rank_ends_the_job(datasets, tmp_path, mode, needle):
+    import shutil
+
+    db = tmp_path / "db"
+    shutil.copytree(datasets["cifar10"], db)
+    t0 = time.monotonic()
+    try:
+        out = run_mpi("fail_midrun.py", 3, db, mode, timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a failing rank left the job hanging")
+    assert out.returncode != 0
+    assert needle in out.stderr
+    assert "finished without noticing" not in out.stdout
+    assert time.monotonic() - t0 < 60
