@@ -149,7 +149,12 @@ class CursorWalker:
 
 
 class Stagger:
-    """STAG: readers in groups of ``size``; group g reads after group g-1's same-position reader."""
+    """STAG: readers in groups of ``size``; at most one group reads at a time.
+
+    Group g starts its reads only after every reader of group g-1 has finished
+    (a barrier inside group g-1, then a message from each of its readers to
+    the reader at the same position in group g); group 0 does not wait.
+    """
 
     TAG = 7331
 
@@ -157,6 +162,8 @@ class Stagger:
         self.comm = readers_comm
         self.size = max(1, int(size))
         k = readers_comm.rank
+        self.group = k // self.size
+        self.members = readers_comm.Split(color=self.group, key=k)
         self.prev = k - self.size if k - self.size >= 0 else None
         self.next = k + self.size if k + self.size < readers_comm.size else None
         self._pending = []
@@ -166,13 +173,14 @@ class Stagger:
             self.comm.recv(source=self.prev, tag=self.TAG)
 
     def pass_turn(self) -> None:
+        self.members.Barrier()
         if self.next is not None:
             self._pending.append(self.comm.isend(None, dest=self.next, tag=self.TAG))
         if len(self._pending) > 8:
-            self._pending[0].wait()
-            self._pending.pop(0)
+            self._pending.pop(0).wait()
 
     def close(self) -> None:
         for r in self._pending:
             r.wait()
         self._pending.clear()
+        self.members.Free()

@@ -68,3 +68,10 @@ def test_a_failing_rank_ends_the_job(datasets, tmp_path, mode, needle):
     assert needle in out.stderr
     assert "finished without noticing" not in out.stdout
     assert time.monotonic() - t0 < 60
+
+
+def test_optimization_counters(datasets):
+    """DM walks only its own records, COAL divides read calls, STAG groups never overlap."""
+    out = run_mpi("check_counters.py", 4, datasets["cifar10"], timeout=300)
+    assert out.stdout.strip().endswith("ok")
+    assert "DM walked per reader" in out.stdout

@@ -1,0 +1,132 @@
+"""The Reader in one process (COMM_WORLD of size 1): API, Batch, PROV checks, options."""
+
+import shutil
+
+import lmdb
+import numpy as np
+import pytest
+
+import lmdbio
+from lmdbio import ConfigurationError, Options, ProvenanceError, parse_variant
+
+
+def values_of(path):
+    env = lmdb.open(str(path), readonly=True, lock=False)
+    with env.begin() as txn:
+        out = [bytes(v) for _, v in txn.cursor()]
+    env.close()
+    return out
+
+
+@pytest.mark.parametrize("variant", lmdbio.VARIANTS)
+def test_single_rank_api(datasets, variant):
+    from mpi4py import MPI
+
+    db = datasets["cifar10"]
+    expected = values_of(db)
+    with lmdbio.Reader(db, batch_size=64, comm=MPI.COMM_SELF, variant=variant.upper()) as r:
+        assert r.variant == variant
+        for t in range(3):
+            b = r.read_batch()
+            assert len(b) == 64
+            assert b.indices.dtype == np.int64
+            assert list(b.indices) == [(t * 64 + j) % len(expected) for j in range(64)]
+            assert bytes(b[0]) == expected[t * 64]
+            assert [bytes(v) for v in b] == expected[t * 64:(t + 1) * 64]
+        images, labels = b.as_datum_array()
+        assert images.shape == (64, 3, 32, 32) and images.dtype == np.uint8
+        assert labels.shape == (64,) and 0 <= labels.min() and labels.max() < 10
+        rows = r.stats()
+    phases = {x["phase"] for x in rows}
+    assert {"setup", "read"} <= phases
+    for x in rows:
+        for key in ("wall_s", "user_s", "sys_s", "sleep_s", "vcsw", "ivcsw", "minflt", "majflt",
+                    "bytes", "calls", "t_start", "t_end", "variant", "is_reader"):
+            assert key in x, key
+    assert sum(x["bytes"] for x in rows if x["phase"] == "read") >= 3 * 64 * 3072
+
+
+def test_batch_views_stay_valid_until_second_following_read(datasets):
+    from mpi4py import MPI
+
+    db = datasets["cifar10"]
+    expected = values_of(db)
+    with lmdbio.Reader(db, 32, MPI.COMM_SELF, variant="lmdbio-lmm-dio") as r:
+        b0 = r.read_batch()
+        r.read_batch()
+        assert [bytes(v) for v in b0] == expected[:32]
+
+
+def test_prov_stale_sidecar_is_an_error_naming_the_fix(datasets, tmp_path):
+    from mpi4py import MPI
+
+    db = tmp_path / "db"
+    shutil.copytree(datasets["cifar10"], db)
+    env = lmdb.open(str(db))
+    with env.begin(write=True) as txn:
+        txn.put(b"99999999_new", b"x" * 3000)
+    env.close()
+    with pytest.raises(ProvenanceError, match="lmdbio index"):
+        lmdbio.Reader(db, 16, MPI.COMM_SELF, variant="lmdbio-lmm-dio-prov")
+    # Asked to, the reader rebuilds it and delivers the new record too.
+    with lmdbio.Reader(db, 701, MPI.COMM_SELF, variant="lmdbio-lmm-dio-prov",
+                       build_provenance=True) as r:
+        assert bytes(r.read_batch()[700]) == b"x" * 3000
+
+
+def test_prov_tampered_sidecar_never_gives_wrong_data(datasets, tmp_path):
+    from mpi4py import MPI
+
+    from lmdbio.provenance import Provenance, sidecar_path
+
+    db = tmp_path / "db"
+    shutil.copytree(datasets["cifar10"], db)
+    side = sidecar_path(db)
+    prov = Provenance.from_file(side)
+    prov.run_base = prov.run_base + 4096  # every extent one page off
+    prov.save(side)
+    with lmdbio.Reader(db, 16, MPI.COMM_SELF, variant="lmdbio-lmm-dio-prov") as r:
+        with pytest.raises(ProvenanceError, match="does not match"):
+            r.read_batch()
+
+
+def test_variant_names_parse_and_round_trip():
+    for v in lmdbio.VARIANTS:
+        assert parse_variant(v).name == v
+        assert parse_variant(v.upper()) == parse_variant(v)
+    o = Options(locate="index", fetch="pread", coalesce_bytes=1 << 20)
+    assert o.name == "lmdbio-lmm-dio-coal"
+
+
+@pytest.mark.parametrize("bad,match", [
+    ("lmdbio-lmm-prov", "add 'dio'"),
+    ("lmdbio-lmm-coal", "add 'dio'"),
+    ("lmdbio-lmm-dm-dio", "drop 'dm'"),
+    ("lmdbio-dio", "builds on LMM"),
+    ("hdf5", "unknown variant"),
+    ("lmdbio-lmm-lmm", "unknown variant"),
+])
+def test_impossible_variants_are_clear_errors(bad, match):
+    with pytest.raises(ConfigurationError, match=match):
+        parse_variant(bad)
+
+
+def test_impossible_options_are_clear_errors():
+    with pytest.raises(ConfigurationError, match="need byte extents"):
+        Options(locate="walk", fetch="pread")
+    with pytest.raises(ConfigurationError, match="COAL"):
+        Options(coalesce_bytes=1 << 20)
+    with pytest.raises(ConfigurationError, match="baseline"):
+        Options(localized=False, stagger_size=2)
+
+
+def test_plan_extents_covers_records_with_fewest_reads():
+    from lmdbio.io import plan_extents, positions_runs
+
+    offs = np.array([100, 5000, 9000, 20, 200000])
+    sizes = np.array([50, 3000, 3000, 10, 5])
+    start, length, where = plan_extents(offs, sizes, max_gap=2000)
+    assert list(start) == [20, 5000, 200000] and list(length) == [130, 7000, 5]
+    assert list(where) == [80, 130, 4130, 0, 7130]
+    assert positions_runs(8, 5, 10) == [(8, 2), (0, 3)]
+    assert positions_runs(3, 25, 10) == [(3, 7), (0, 10), (0, 8)]
