@@ -1,0 +1,171 @@
+"""Run the notebooks in order with papermill; results-file helpers the notebooks share.
+
+    python -m lmdbio.notebook_runner --scale default --out build/notebooks
+    python -m lmdbio.notebook_runner --replot --out build/replot     # RUN=False: figures only
+    python -m lmdbio.notebook_runner --scale tiny --only 00 01 --out /tmp/nb \\
+        --results-root /tmp/r --figures-root /tmp/f --datasets-root /tmp/d
+
+Each notebook gets the papermill parameters ``scale``, ``RUN``,
+``results_root``, ``figures_root`` and ``datasets_root`` (absolute paths),
+and runs with ``notebooks/`` as its working directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["REPO", "NOTEBOOKS", "notebooks", "run_notebooks", "save_results", "host_meta",
+           "results_dir", "main"]
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = REPO / "notebooks"
+SCALES = ("tiny", "default", "large")
+
+
+def notebooks(only: list[str] | None = None, root: Path = NOTEBOOKS) -> list[Path]:
+    """The ordered notebooks ``NN_name.ipynb``; ``only`` filters by number or name prefix."""
+    found = sorted(p for p in root.glob("[0-9][0-9]_*.ipynb"))
+    if only:
+        found = [p for p in found if any(p.stem == o or p.stem.startswith(o) for o in only)]
+    return found
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def host_meta() -> dict:
+    """Where results were made: host, cores, memory, OS, Python, MPI and LMDB versions, commit."""
+    meta = {"hostname": platform.node(), "cores": os.cpu_count(), "machine": platform.machine(),
+            "os": platform.platform(), "python": platform.python_version()}
+    try:
+        meta["memory_gib"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError):
+        pass
+    try:
+        import lmdb
+
+        meta["py_lmdb"] = lmdb.__version__
+        meta["liblmdb"] = ".".join(map(str, lmdb.version()))
+    except ImportError:
+        pass
+    try:
+        import mpi4py
+
+        meta["mpi4py"] = mpi4py.__version__
+        # The MPI library version without initializing MPI in the client.
+        from importlib.metadata import version
+        meta["mpich_wheel"] = version("mpich")
+    except Exception:  # no mpich wheel: a system MPI
+        pass
+    return meta
+
+
+def results_dir(results_root: str | os.PathLike, name: str) -> Path:
+    """``results_root/name``, created."""
+    d = Path(results_root) / name
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def save_results(out_dir: str | os.PathLike, tables: dict, config: dict) -> Path:
+    """Write each DataFrame of ``tables`` as ``name.csv`` and ``meta.json`` (host + config)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, df in tables.items():
+        df.to_csv(out / f"{name}.csv", index=False)
+    meta = {"host": host_meta(), "git_commit": _git_commit(),
+            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config,
+            "scale": config.get("scale"), "files": sorted(f"{n}.csv" for n in tables)}
+    (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    return out
+
+
+def run_notebooks(scale: str = "default", out: str | os.PathLike = "build/notebooks", *,
+                  run: bool = True, only: list[str] | None = None,
+                  results_root: str | os.PathLike | None = None,
+                  figures_root: str | os.PathLike | None = None,
+                  datasets_root: str | os.PathLike | None = None,
+                  extra: dict | None = None, timeout: int | None = None,
+                  progress: bool = False) -> list[dict]:
+    """Execute the notebooks in order; returns one ``{"notebook", "seconds", "ok"}`` per notebook.
+
+    Stops at the first failing notebook (its executed copy, with the
+    traceback, is in ``out``) and raises papermill's error.
+    """
+    import papermill as pm
+
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    params = {
+        "scale": scale, "RUN": run,
+        "results_root": str(Path(results_root or REPO / "data" / "results").resolve()),
+        "figures_root": str(Path(figures_root or REPO / "figures").resolve()),
+        "datasets_root": str(Path(datasets_root or REPO / "data" / "datasets").resolve()),
+        **(extra or {}),
+    }
+    # The engines' mpiexec and python come from this interpreter's environment.
+    env_path = str(Path(sys.executable).parent)
+    if env_path not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = env_path + os.pathsep + os.environ.get("PATH", "")
+    done = []
+    for nb in notebooks(only):
+        t0 = time.monotonic()
+        print(f"[notebooks] {nb.name} (scale={scale}, RUN={run}) ...", flush=True)
+        try:
+            pm.execute_notebook(str(nb), str(out / nb.name), parameters=params, kernel_name="python3",
+                                cwd=str(nb.parent), progress_bar=progress, execution_timeout=timeout)
+        except Exception:
+            done.append({"notebook": nb.name, "seconds": time.monotonic() - t0, "ok": False})
+            print(f"[notebooks] {nb.name} FAILED after {done[-1]['seconds']:.0f} s; "
+                  f"see {out / nb.name}", flush=True)
+            raise
+        done.append({"notebook": nb.name, "seconds": round(time.monotonic() - t0, 1), "ok": True})
+        print(f"[notebooks] {nb.name} done in {done[-1]['seconds']:.0f} s", flush=True)
+    (out / "timings.json").write_text(json.dumps(
+        {"scale": scale, "RUN": run, "total_s": round(sum(d["seconds"] for d in done), 1),
+         "notebooks": done}, indent=2) + "\n")
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m lmdbio.notebook_runner",
+                                description="Run the lmdbio notebooks in order with papermill.")
+    p.add_argument("--scale", choices=SCALES, default="default")
+    p.add_argument("--out", default="build/notebooks", help="where the executed notebooks go")
+    p.add_argument("--replot", action="store_true",
+                   help="RUN=False: only replot figures from the results files (no MPI)")
+    p.add_argument("--only", nargs="*", help="notebook numbers or names, e.g. 00 09_scaling")
+    p.add_argument("--results-root", help="default: data/results")
+    p.add_argument("--figures-root", help="default: figures")
+    p.add_argument("--datasets-root", help="default: data/datasets")
+    p.add_argument("--timeout", type=int, default=None, help="seconds per cell (default: none)")
+    args = p.parse_args(argv)
+    t0 = time.monotonic()
+    try:
+        done = run_notebooks(args.scale, args.out, run=not args.replot, only=args.only,
+                             results_root=args.results_root, figures_root=args.figures_root,
+                             datasets_root=args.datasets_root, timeout=args.timeout)
+    except Exception as exc:
+        print(f"[notebooks] stopped: {type(exc).__name__}: {str(exc)[:2000]}", file=sys.stderr)
+        return 1
+    print(f"[notebooks] {len(done)} notebooks in {time.monotonic() - t0:.0f} s -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
