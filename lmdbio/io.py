@@ -7,6 +7,7 @@ import os
 import numpy as np
 
 from .errors import LmdbioError
+from .waiting import wait_request
 
 __all__ = ["plan_extents", "read_extents", "CursorWalker", "positions_runs", "Stagger"]
 
@@ -170,10 +171,10 @@ class Stagger:
 
     def wait_turn(self) -> None:
         if self.prev is not None:
-            self.comm.recv(source=self.prev, tag=self.TAG)
+            wait_request(self.comm.irecv(source=self.prev, tag=self.TAG))
 
     def pass_turn(self) -> None:
-        self.members.Barrier()
+        wait_request(self.members.Ibarrier())
         if self.next is not None:
             self._pending.append(self.comm.isend(None, dest=self.next, tag=self.TAG))
         if len(self._pending) > 8:

@@ -13,7 +13,8 @@ from typing import Iterator
 
 import numpy as np
 
-__all__ = ["PhaseRecorder", "proc_io", "evict", "residency", "rusage_snapshot"]
+__all__ = ["PhaseRecorder", "proc_io", "evict", "residency", "rusage_snapshot", "totals_snapshot",
+           "totals_row"]
 
 _RUSAGE_FIELDS = ("ru_utime", "ru_stime", "ru_nvcsw", "ru_nivcsw", "ru_minflt", "ru_majflt")
 
@@ -31,6 +32,26 @@ def proc_io() -> dict:
             return {k: int(v) for k, v in (line.split(":") for line in f)}
     except OSError:
         return {}
+
+
+def totals_snapshot() -> tuple:
+    """(monotonic time, getrusage, /proc/self/io) now, for :func:`totals_row`."""
+    return time.monotonic(), rusage_snapshot(), proc_io()
+
+
+def totals_row(since: tuple, rank: int = 0) -> dict:
+    """A ``phase="total"`` row: wall, CPU, context switches, faults and kernel I/O since ``since``."""
+    t0, r0, io0 = since
+    t1, r1, io1 = totals_snapshot()
+    wall, user, system = t1 - t0, r1[0] - r0[0], r1[1] - r0[1]
+    return {"rank": rank, "batch": -1, "phase": "total", "t_start": t0, "t_end": t1,
+            "wall_s": wall, "user_s": user, "sys_s": system,
+            "sleep_s": max(0.0, wall - user - system),
+            "vcsw": r1[2] - r0[2], "ivcsw": r1[3] - r0[3], "minflt": r1[4] - r0[4],
+            "majflt": r1[5] - r0[5], "bytes": 0, "calls": 0,
+            "io_rchar": io1.get("rchar", 0) - io0.get("rchar", 0),
+            "io_syscr": io1.get("syscr", 0) - io0.get("syscr", 0),
+            "io_read_bytes": io1.get("read_bytes", 0) - io0.get("read_bytes", 0)}
 
 
 class PhaseRecorder:

@@ -129,15 +129,6 @@ def parse_variant(name: str, *, coalesce_bytes: int | None = None,
     tags = set(parts[1:])
     if "lmm" not in tags:
         raise ConfigurationError(f"variant {name!r}: every LMDBIO variant builds on LMM ('lmdbio-lmm-...')")
-    opts = Options(
-        localized=True,
-        locate="provenance" if "prov" in tags else "index" if "dio" in tags
-        else "ring" if "dm" in tags else "walk",
-        fetch="pread" if ("dio" in tags or "prov" in tags) else "mmap",
-        speculative="dm" in tags and "dio" not in tags,
-        coalesce_bytes=(coalesce_bytes or DEFAULT_COALESCE_BYTES) if "coal" in tags else 0,
-        stagger_size=stagger_size if "stag" in tags else 0,
-    )
     if "dm" in tags and "dio" in tags:
         raise ConfigurationError(
             f"variant {name!r}: DM's cursor ring works on mmap reads; with DIO the extents come "
@@ -146,4 +137,13 @@ def parse_variant(name: str, *, coalesce_bytes: int | None = None,
         raise ConfigurationError(f"variant {name!r}: PROV computes extents for direct reads; add 'dio'")
     if "coal" in tags and "dio" not in tags:
         raise ConfigurationError(f"variant {name!r}: COAL coalesces direct reads; add 'dio'")
+    opts = Options(
+        localized=True,
+        locate="provenance" if "prov" in tags else "index" if "dio" in tags
+        else "ring" if "dm" in tags else "walk",
+        fetch="pread" if ("dio" in tags or "prov" in tags) else "mmap",
+        speculative="dm" in tags and "dio" not in tags,
+        coalesce_bytes=(coalesce_bytes or DEFAULT_COALESCE_BYTES) if "coal" in tags else 0,
+        stagger_size=(stagger_size or None) if "stag" in tags else 0,
+    )
     return opts

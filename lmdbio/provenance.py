@@ -14,6 +14,7 @@ in pmodels/lmdbio), for comparing with the truth.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import struct
@@ -28,7 +29,7 @@ __all__ = ["SIDECAR_NAME", "sidecar_path", "Provenance", "encode_runs", "write_p
            "load_provenance", "provenance_status", "arithmetic_offsets", "model_parameters"]
 
 SIDECAR_NAME = "lmdbio-provenance.npz"
-_SCHEMA = 1
+_SCHEMA = 2
 _IDENTITY = ("format_version", "psize", "txnid", "last_pgno", "file_size")
 
 
@@ -110,6 +111,8 @@ class Provenance:
     size_run_start: np.ndarray  # int64 (sizes as runs of equal value) or empty
     size_run_value: np.ndarray  # int64
     size_array: np.ndarray     # uint32 per record, when runs would not be smaller; else empty
+    leaf_pgnos: np.ndarray     # int64 page number of each leaf, in key order
+    leaf_starts: np.ndarray    # int64 first record of each leaf, then n
     path: Path | None = None   # the data.mdb it was loaded for
 
     @property
@@ -140,57 +143,89 @@ class Provenance:
         return offs.astype(np.uint64), sizes
 
     def verify(self, fd: int, start: int, count: int) -> None:
-        """Cheap check that the file still holds these records where the sidecar says.
+        """Cheap check that the file holds records [start, start+count) where the sidecar says.
 
-        Reads the page header under the first and the last record: an overflow
-        value must start right after the header of an overflow page whose own
-        pgno matches and whose page count covers the value; an inline value must
-        lie inside a leaf page with that pgno. Mismatch -> ProvenanceError.
+        For the first and the last record, one pread of the leaf page that
+        holds its node (the sidecar keeps each leaf's page number): the page
+        must be that leaf, the node must exist, and its value location (the
+        first overflow page, or the data inside the leaf) and size must equal
+        the sidecar's. This ties record numbers to pages, so a shifted or
+        edited sidecar is caught, not read as wrong data. Mismatch ->
+        ProvenanceError.
         """
         if count <= 0:
             return
-        ends = sorted({start, start + count - 1})
-        offs, sizes = self.extents(ends[0], ends[-1] - ends[0] + 1)
-        name = self.path or f"<fd {fd}>"
-        file_size = os.fstat(fd).st_size
-        for j in (0, len(offs) - 1):
-            rec = ends[0] + j
-            off, size = int(offs[j]), int(sizes[j])
-            pgno, within = divmod(off, self.psize)
-            problem = None
-            if off + size > file_size:
-                problem = f"offset {off} + {size} bytes is past the end of the file ({file_size} bytes)"
-            elif len(head := os.pread(fd, self.header_size, pgno * self.psize)) < self.header_size:
-                problem = "the file ends before it"
-            else:
-                own = struct.unpack_from("<Q", head, 0)[0]
-                flags, lower, upper = struct.unpack_from("<HHH", head, self.header_size - 6)
-                overflow = within == self.header_size
-                if own != pgno:
-                    problem = f"page {pgno} says it is page {own}"
-                elif overflow and not flags & 0x04:
-                    problem = f"page {pgno} is not an overflow page (flags {flags:#x})"
-                elif overflow and (lower | upper << 16) < (self.header_size - 1 + size) // self.psize + 1:
-                    problem = f"overflow page {pgno} holds {lower | upper << 16} pages, too few"
-                elif not overflow and (not flags & 0x02 or within + size > self.psize):
-                    problem = f"page {pgno} is not a leaf holding the value (flags {flags:#x})"
+        self._check_range(start, count)
+        for rec in sorted({start, start + count - 1}):
+            problem = self._check_record(fd, rec)
             if problem:
+                name = self.path or f"<fd {fd}>"
                 raise ProvenanceError(f"{name}: provenance does not match the file at record {rec}: "
                                       f"{problem}; refresh it with `lmdbio index {name}`")
 
+    def _check_record(self, fd: int, rec: int) -> str | None:
+        leaf = int(np.searchsorted(self.leaf_starts, rec, side="right")) - 1
+        if leaf < 0 or leaf >= len(self.leaf_pgnos):
+            return "no leaf page is recorded for it"
+        pgno, i = int(self.leaf_pgnos[leaf]), rec - int(self.leaf_starts[leaf])
+        ps, hdr = self.psize, self.header_size
+        page = os.pread(fd, ps, pgno * ps)
+        if len(page) < ps:
+            return f"leaf page {pgno} is past the end of the file"
+        own = struct.unpack_from("<Q", page, 0)[0]
+        flags, lower = struct.unpack_from("<HH", page, hdr - 6)
+        base = 0 if self.format_version == 1 else hdr
+        nkeys = (lower - (hdr - base)) // 2
+        if own != pgno or not flags & 0x02:
+            return f"page {pgno} is not that leaf (pgno {own}, flags {flags:#x})"
+        if not 0 <= i < nkeys:
+            return f"leaf page {pgno} holds {nkeys} nodes, not node {i}"
+        ptr = struct.unpack_from("<H", page, hdr + 2 * i)[0] + base
+        if ptr + 8 > ps:
+            return f"node {i} of leaf page {pgno} is outside the page"
+        lo, hi, nflags, ksize = struct.unpack_from("<HHHH", page, ptr)
+        size = lo | hi << 16
+        data = ptr + 8 + ksize
+        if self.format_version == 3:
+            data += data & 1
+        if nflags & 0x01:  # BIGDATA: the value starts after the first overflow page's header
+            if data + 8 > ps:
+                return f"node {i} of leaf page {pgno} runs past the page"
+            where = struct.unpack_from("<Q", page, data)[0] * ps + hdr
+        else:
+            where = pgno * ps + data
+        off, sz = self.extents(rec, 1)
+        if (int(off[0]), int(sz[0])) != (where, size):
+            return (f"the sidecar says offset {int(off[0])} size {int(sz[0])}, the leaf says "
+                    f"offset {where} size {size}")
+        return None
+
     # -------------------------------------------------------------- storage
 
-    def save(self, path) -> Path:
-        """Write atomically to ``path`` (an .npz file)."""
-        path = Path(path)
-        arrays = {
+    def _arrays(self) -> dict:
+        return {
             "schema": np.array(_SCHEMA), "n": np.array(self.n),
             "identity": np.array([self.format_version, self.psize, self.header_size, self.txnid,
                                   self.last_pgno, self.file_size, self.entries], np.int64),
             "run_start": self.run_start, "run_base": self.run_base, "run_stride": self.run_stride,
             "size_const": np.array(self.size_const), "size_run_start": self.size_run_start,
             "size_run_value": self.size_run_value, "size_array": self.size_array,
+            "leaf_pgnos": self.leaf_pgnos, "leaf_starts": self.leaf_starts,
         }
+
+    @staticmethod
+    def _digest(arrays: dict) -> str:
+        h = hashlib.sha256()
+        for k in sorted(arrays):
+            a = np.ascontiguousarray(arrays[k])
+            h.update(k.encode() + str(a.dtype).encode() + str(a.shape).encode() + a.tobytes())
+        return h.hexdigest()
+
+    def save(self, path) -> Path:
+        """Write atomically to ``path`` (an .npz file) with a digest of its contents."""
+        path = Path(path)
+        arrays = self._arrays()
+        arrays["digest"] = np.array(self._digest(arrays))
         buf = io.BytesIO()
         np.savez_compressed(buf, **arrays)
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
@@ -201,22 +236,28 @@ class Provenance:
 
     @classmethod
     def from_file(cls, path) -> Provenance:
-        """Read a sidecar written by :meth:`save`; damaged files are a ProvenanceError."""
+        """Read a sidecar written by :meth:`save`; damaged or edited files are a ProvenanceError."""
         path = Path(path)
+        fix = f"refresh it with `lmdbio index {path.parent}`"
         try:
             with np.load(path, allow_pickle=False) as z:
                 if int(z["schema"]) != _SCHEMA:
                     raise ProvenanceError(f"{path}: sidecar schema {int(z['schema'])} is not "
-                                          f"{_SCHEMA}; refresh it with `lmdbio index {path.parent}`")
-                ident = z["identity"].tolist()
-                prov = cls(int(z["n"]), *ident, z["run_start"], z["run_base"], z["run_stride"],
-                           int(z["size_const"]), z["size_run_start"], z["size_run_value"],
-                           z["size_array"])
+                                          f"{_SCHEMA}; {fix}")
+                arrays = {k: z[k] for k in z.files if k != "digest"}
+                digest = str(z["digest"])
+            if cls._digest(arrays) != digest:
+                raise ProvenanceError(f"{path}: sidecar contents do not match its digest (damaged "
+                                      f"or edited); {fix}")
+            ident = arrays["identity"].tolist()
+            prov = cls(int(arrays["n"]), *ident, arrays["run_start"], arrays["run_base"],
+                       arrays["run_stride"], int(arrays["size_const"]), arrays["size_run_start"],
+                       arrays["size_run_value"], arrays["size_array"], arrays["leaf_pgnos"],
+                       arrays["leaf_starts"])
         except ProvenanceError:
             raise
         except (OSError, KeyError, ValueError, TypeError, EOFError) as exc:
-            raise ProvenanceError(f"{path}: unreadable provenance sidecar ({exc}); refresh it with "
-                                  f"`lmdbio index {path.parent}`") from None
+            raise ProvenanceError(f"{path}: unreadable provenance sidecar ({exc}); {fix}") from None
         return prov
 
 
@@ -239,6 +280,7 @@ def from_index(index) -> Provenance:
     const, srs, srv, sarr = _encode_sizes(index.sizes)
     return Provenance(len(index), m.format_version, m.psize, m.header_size, m.txnid, m.last_pgno,
                       m.file_size, m.entries, start, base, stride, const, srs, srv, sarr,
+                      index.leaf_pgnos.astype(np.int64), index.leaf_starts.astype(np.int64),
                       Path(index.path))
 
 

@@ -14,9 +14,10 @@ from mpi4py import MPI
 from . import datum
 from .errors import ConfigurationError, LmdbioError
 from .io import CursorWalker, Stagger, plan_extents, positions_runs, read_extents
-from .metrics import PhaseRecorder
+from .metrics import PhaseRecorder, totals_row, totals_snapshot
 from .options import Options, parse_variant
 from .shm import GroupBuffer
+from .waiting import wait_request
 from .topology import Topology, make_topology
 
 __all__ = ["Reader", "Batch", "collective"]
@@ -136,6 +137,7 @@ class Reader:
         self._closed = True
         self._on_error = on_error
         self.rec = PhaseRecorder(self.rank, enabled=measure)
+        self._totals0 = totals_snapshot()
         self._t = 0
         self._walker = self._env = self._snapshot = self._group_buf = self._stagger = None
         self.topology: Topology | None = None
@@ -327,7 +329,7 @@ class Reader:
             w.skip_to(first)
             values = w.take(self.per_rank)
             row["records_walked"] = w.walked - w0
-        with self.rec.phase("read", t, io=True) as row:
+        with self.rec.phase("read", t) as row:
             sizes = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
             offsets = np.zeros(len(values), dtype=np.int64)
             np.cumsum(sizes[:-1], out=offsets[1:])
@@ -342,15 +344,14 @@ class Reader:
     def _read_localized(self, t: int) -> Batch:
         k = self.coalesce
         chunk, it = divmod(t, k)
-        slot = chunk % GroupBuffer.NSLOTS
         gb = self._group_buf
         if it == 0:
             if self.is_reader:
-                self._fill(chunk, slot)
+                self._fill(chunk)
             else:
                 with self.rec.phase("wait", t):
-                    gb.receive(slot)
-        data, offs, sizes = gb.current(slot)
+                    gb.receive(chunk)
+        data, offs, sizes = gb.current(chunk)
         lo = it * self.group_records + self.member * self.per_rank
         offs = np.array(offs[lo:lo + self.per_rank])
         sizes = np.array(sizes[lo:lo + self.per_rank])
@@ -366,7 +367,7 @@ class Reader:
             runs += positions_runs(t * B + self.group_first, G, self.n)
         return runs
 
-    def _fill(self, chunk: int, slot: int) -> None:
+    def _fill(self, chunk: int) -> None:
         """Reader: locate and fetch one chunk's records into ``slot``, then publish it."""
         t = chunk * self.coalesce
         gb = self._group_buf
@@ -376,11 +377,11 @@ class Reader:
             if self._stagger:
                 with self.rec.phase("stagger_wait", t):
                     self._stagger.wait_turn()
-            with self.rec.phase("read", t, io=True) as row:
+            with self.rec.phase("read", t) as row:
                 sizes = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
                 offsets = np.zeros(len(values), dtype=np.int64)
                 np.cumsum(sizes[:-1], out=offsets[1:])
-                buf = gb.reserve(slot, int(sizes.sum()))
+                buf = gb.reserve(chunk, int(sizes.sum()))
                 for v, off, s in zip(values, offsets.tolist(), sizes.tolist()):
                     buf[off:off + s] = v
                 row["bytes"], row["calls"] = int(sizes.sum()), len(values)
@@ -394,15 +395,15 @@ class Reader:
             if self._stagger:
                 with self.rec.phase("stagger_wait", t):
                     self._stagger.wait_turn()
-            with self.rec.phase("read", t, io=True) as row:
-                buf = gb.reserve(slot, int(ext_len.sum()))
+            with self.rec.phase("read", t) as row:
+                buf = gb.reserve(chunk, int(ext_len.sum()))
                 row["bytes"], row["calls"] = read_extents(self._fd, buf, ext_start, ext_len,
                                                           str(self.path))
             offsets, sizes = buf_off, rec_size
         if self._stagger:
             self._stagger.pass_turn()
         with self.rec.phase("distribute", t):
-            gb.publish(slot, offsets, sizes)
+            gb.publish(chunk, offsets, sizes)
 
     def _locate_extents(self, chunk: int) -> tuple[np.ndarray, np.ndarray]:
         offs, sizes = [], []
@@ -436,7 +437,7 @@ class Reader:
             self._speculate(t)
         with self.rec.phase("ring_wait", t):
             if R > 1 and not (k == 0 and t == 0):
-                key, pos = rc.recv(source=(k - 1) % R, tag=21)
+                key, pos = wait_request(rc.irecv(source=(k - 1) % R, tag=21))
             else:
                 key = pos = None
         with self.rec.phase("locate", t) as row:
@@ -495,7 +496,13 @@ class Reader:
     def stats(self) -> list[dict]:
         """This rank's rows: one per (batch, phase) with times, getrusage and I/O counters."""
         extra = {"variant": self.variant, "nprocs": self.nprocs, "is_reader": self.is_reader}
-        return [{**r, **extra} for r in self.rec.rows]
+        rows = [{**r, **extra} for r in self.rec.rows]
+        # Whole-run totals from the kernel (/proc/self/io, getrusage) since the
+        # Reader was made: a cross-check of the per-phase counters.
+        total = totals_row(self._totals0, self.rank)
+        total["bytes"] = sum(r["bytes"] for r in self.rec.rows if r["phase"] == "read")
+        total["calls"] = sum(r["calls"] for r in self.rec.rows if r["phase"] == "read")
+        return rows + [{**total, **extra}]
 
     def close(self) -> None:
         """Release shared memory, maps and files. Collective."""

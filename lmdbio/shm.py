@@ -5,39 +5,51 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from .waiting import wait_word, wake_word
+
 __all__ = ["GroupBuffer"]
 
-_CTL_GROW, _CTL_NBYTES, _CTL_NREC, _CTL_LEN = 0, 1, 2, 3
+_GROW, _NREC, _SEQ, _CTL_LEN = 0, 1, 2, 3
 
 
 class GroupBuffer:
     """Rotating shared-memory slots of one reader group (rank 0 of ``comm`` is the reader).
 
-    The reader fills a slot and publishes the records' (offset, size) pairs
-    in a shared header; the group's ranks get zero-copy views. There are
-    three slots and one barrier per published slot: slot ``s`` is refilled
-    only after every rank has passed the barrier of the slot published after
-    it, i.e. has asked for the batch after next. That is what makes a Batch
-    valid until its rank's second following ``read_batch()`` with a single
-    synchronization per batch (two slots would need a second barrier).
+    The reader fills the slot of chunk ``c`` (slot ``c % 3``) and publishes the
+    records' (offset, size) pairs in a shared header; the group's ranks get
+    zero-copy views. Hand-offs are sequence numbers in shared memory, not MPI
+    barriers: each rank stores the chunk it asks for (its *ack*), the reader
+    stores the chunk it has published, and either side waits politely
+    (:mod:`lmdbio.waiting`), so waiting ranks do not steal the reader's CPU.
 
-    A slot grows when a publish needs more room: the reader announces the new
-    size in the header, and the group allocates the bigger window together.
-    Outgrown windows are kept until ``close()`` because earlier batches may
-    still be views into them.
+    Lifetime: with S slots, the reader refills a slot (chunk ``c``) only once
+    every rank has asked for chunk ``c - S + 2``. A batch from chunk ``c - S``
+    is then at least two ``read_batch()`` calls old, which is the documented
+    lifetime: valid until the rank's second following ``read_batch()``. With
+    S = 4 the reader can run two chunks ahead of the slowest rank, so a rank
+    the scheduler is late to wake does not stall the reader.
+
+    A slot grows when a chunk needs more room: the reader announces the size
+    in the header and the group allocates the bigger window together (MPI
+    window allocation is collective). Outgrown windows are kept until
+    ``close()`` because earlier batches may still view them.
     """
 
-    NSLOTS = 3
+    NSLOTS = 4
 
     def __init__(self, comm: MPI.Comm, max_records: int, capacity: int):
         self.comm = comm
         self.is_reader = comm.rank == 0
         self.max_records = int(max_records)
-        hdr_len = _CTL_LEN + 2 * self.max_records
-        self._hdr_win = self._allocate(self.NSLOTS * hdr_len * 8)
-        self.header = self._view(self._hdr_win, np.int64).reshape(self.NSLOTS, hdr_len)
+        self._hdr_len = _CTL_LEN + 2 * self.max_records
+        n_hdr = self.NSLOTS * self._hdr_len + comm.size
+        self._hdr_win = self._allocate(n_hdr * 8)
+        flat = self._view(self._hdr_win, np.int64)
+        self.header = flat[:self.NSLOTS * self._hdr_len].reshape(self.NSLOTS, self._hdr_len)
+        self.acks = flat[self.NSLOTS * self._hdr_len:]
         if self.is_reader:
-            self.header[:] = 0
+            flat[:] = 0
+            self.acks[:] = -1
         self._wins = [self._allocate(max(int(capacity), 1)) for _ in range(self.NSLOTS)]
         self._data = [self._view(w, np.uint8) for w in self._wins]
         self._old: list[MPI.Win] = []
@@ -62,63 +74,76 @@ class GroupBuffer:
         self._wins[slot] = self._allocate(nbytes)
         self._data[slot] = self._view(self._wins[slot], np.uint8)
 
-    def _sync(self) -> None:
-        # MPI_Win_sync orders this process's loads/stores on the shared windows
-        # with respect to the barrier (the MPI-3 "separate" memory model).
+    def _fence(self) -> None:
+        # MPI_Win_sync is a memory barrier for the shared windows (MPI-3
+        # separate model): stores before it are visible before the flag.
         self._hdr_win.Sync()
-        for w in self._wins:
-            w.Sync()
 
     # -- reader side -----------------------------------------------------
-    def reserve(self, slot: int, nbytes: int) -> np.ndarray:
-        """Reader: a writable array of at least ``nbytes`` for ``slot``. Collective if it grows."""
+    def reserve(self, chunk: int, nbytes: int) -> np.ndarray:
+        """Reader: a writable array of at least ``nbytes`` for ``chunk``'s slot.
+
+        Waits until the slot's previous chunk is out of use; collective with
+        the group if the slot has to grow.
+        """
+        slot = chunk % self.NSLOTS
+        if chunk >= self.NSLOTS and self.comm.size > 1:
+            need = chunk - self.NSLOTS + 2
+            for m in range(1, self.comm.size):
+                wait_word(self.acks, m, lambda v: v >= need)
         if nbytes > self.capacity(slot):
             new = max(int(nbytes), 2 * self.capacity(slot))
-            self.header[slot, _CTL_GROW] = new
-            self._sync()
-            self.comm.Barrier()
+            self.header[slot, _GROW] = new
+            self._fence()
+            self.header[slot, _SEQ] = 2 * chunk + 1
+            wake_word(self.header[slot], _SEQ)
             self._grow(slot, new)
         return self._data[slot]
 
-    def publish(self, slot: int, offsets: np.ndarray, sizes: np.ndarray) -> None:
-        """Reader: announce the records now in ``slot`` and release the group."""
+    def publish(self, chunk: int, offsets: np.ndarray, sizes: np.ndarray) -> None:
+        """Reader: announce the records now in ``chunk``'s slot."""
+        slot = chunk % self.NSLOTS
         n = len(offsets)
         if n > self.max_records:
             raise ValueError(f"{n} records do not fit a header of {self.max_records}")
         h = self.header[slot]
-        h[_CTL_GROW] = 0
-        h[_CTL_NREC] = n
+        m = self.max_records
+        h[_NREC] = n
         h[_CTL_LEN:_CTL_LEN + n] = offsets
-        h[_CTL_LEN + self.max_records:_CTL_LEN + self.max_records + n] = sizes
-        self._sync()
-        self.comm.Barrier()
+        h[_CTL_LEN + m:_CTL_LEN + m + n] = sizes
+        self._fence()
+        h[_SEQ] = 2 * chunk + 2
+        wake_word(h, _SEQ)
 
     # -- group side ------------------------------------------------------
-    def receive(self, slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every rank but the reader: wait for ``slot`` and return (data, offsets, sizes)."""
-        self.comm.Barrier()
-        self._sync()
-        grow = int(self.header[slot, _CTL_GROW])
-        if grow:
-            self._grow(slot, grow)
-            self.comm.Barrier()
-            self._sync()
-        return self.current(slot)
-
-    def current(self, slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(data, offsets, sizes) of what ``slot`` holds now (no synchronization)."""
+    def receive(self, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every rank but the reader: ask for ``chunk`` and wait until it is there."""
+        slot = chunk % self.NSLOTS
+        me = self.comm.rank
+        self.acks[me] = chunk
+        self._fence()
+        wake_word(self.acks, me)
         h = self.header[slot]
-        n = int(h[_CTL_NREC])
-        offs = h[_CTL_LEN:_CTL_LEN + n]
-        sizes = h[_CTL_LEN + self.max_records:_CTL_LEN + self.max_records + n]
-        return self._data[slot], offs, sizes
+        seq = wait_word(h, _SEQ, lambda v: v >= 2 * chunk + 1)
+        self._fence()
+        if seq == 2 * chunk + 1:
+            self._grow(slot, int(h[_GROW]))
+            wait_word(h, _SEQ, lambda v: v >= 2 * chunk + 2)
+            self._fence()
+        return self.current(chunk)
+
+    def current(self, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(data, offsets, sizes) of what ``chunk``'s slot holds now (no synchronization)."""
+        slot = chunk % self.NSLOTS
+        h = self.header[slot]
+        n = int(h[_NREC])
+        m = self.max_records
+        return self._data[slot], h[_CTL_LEN:_CTL_LEN + n], h[_CTL_LEN + m:_CTL_LEN + m + n]
 
     def close(self) -> None:
         """Free every window. Collective over the group."""
+        self.comm.Barrier()
         for w in [self._hdr_win, *self._wins, *self._old]:
-            try:
-                w.Unlock_all()
-            except MPI.Exception:
-                pass
+            w.Unlock_all()
             w.Free()
         self._wins, self._old, self._data = [], [], []

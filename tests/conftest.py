@@ -48,6 +48,8 @@ def datasets(tmp_path_factory) -> dict[str, Path]:
         "lmdb10": make_dataset(root / "lmdb10", "cifar10", 500, commit_every=100, seed=4,
                                lmdb_format="1.0"),
     }
+    # One write transaction: values lie back to back, as after `mdb_copy -c`.
+    out["one_txn"] = make_dataset(root / "one_txn", "cifar10", 600, commit_every=10**6, seed=6)
     out["reused"] = make_reused_pages_db(root / "reused")
     return out
 

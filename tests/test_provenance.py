@@ -132,8 +132,21 @@ def test_verify_detects_wrong_offsets(tmp_path):
         with pytest.raises(ProvenanceError, match="does not match"):
             prov.verify(f.fileno(), 0, 3)
         prov.run_base = prov.run_base + 10**9  # past the end
-        with pytest.raises(ProvenanceError, match="past the end"):
+        with pytest.raises(ProvenanceError, match="sidecar says offset 10000"):
             prov.verify(f.fileno(), 0, 3)
+
+
+def test_verify_detects_a_one_page_shift(tmp_path):
+    # Shifted by exactly one page, every offset still lands on a well-formed
+    # overflow page: only the leaf's node can tell.
+    path = make_db(tmp_path / "db", [(b"%04d" % i, b"v" * 3000) for i in range(300)])
+    write_provenance(path)
+    prov = load_provenance(path)
+    with open(path / "data.mdb", "rb") as f:
+        prov.verify(f.fileno(), 0, 300)
+        prov.run_base = prov.run_base + prov.psize
+        with pytest.raises(ProvenanceError, match="the leaf says"):
+            prov.verify(f.fileno(), 10, 50)
 
 
 @pytest.mark.parametrize("fmt_name,hdr", [("0.9", 16), ("1.0", 24)])

@@ -86,8 +86,33 @@ def test_prov_tampered_sidecar_never_gives_wrong_data(datasets, tmp_path):
     prov.run_base = prov.run_base + 4096  # every extent one page off
     prov.save(side)
     with lmdbio.Reader(db, 16, MPI.COMM_SELF, variant="lmdbio-lmm-dio-prov") as r:
-        with pytest.raises(ProvenanceError, match="does not match"):
+        with pytest.raises(ProvenanceError, match="does not match the file at record 0"):
             r.read_batch()
+
+
+def test_prov_edited_sidecar_bytes_are_refused(datasets, tmp_path):
+    import zipfile
+
+    from mpi4py import MPI
+
+    from lmdbio.provenance import sidecar_path
+
+    db = tmp_path / "db"
+    shutil.copytree(datasets["cifar10"], db)
+    side = sidecar_path(db)
+    # Rewrite one array inside the npz without updating the digest.
+    with zipfile.ZipFile(side) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    import io
+    arr = np.load(io.BytesIO(members["run_base.npy"]))
+    buf = io.BytesIO()
+    np.save(buf, arr + 4096)
+    members["run_base.npy"] = buf.getvalue()
+    with zipfile.ZipFile(side, "w") as z:
+        for n, data in members.items():
+            z.writestr(n, data)
+    with pytest.raises(ProvenanceError, match="digest"):
+        lmdbio.Reader(db, 16, MPI.COMM_SELF, variant="lmdbio-lmm-dio-prov")
 
 
 def test_variant_names_parse_and_round_trip():

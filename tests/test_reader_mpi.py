@@ -72,6 +72,6 @@ def test_a_failing_rank_ends_the_job(datasets, tmp_path, mode, needle):
 
 def test_optimization_counters(datasets):
     """DM walks only its own records, COAL divides read calls, STAG groups never overlap."""
-    out = run_mpi("check_counters.py", 4, datasets["cifar10"], timeout=300)
+    out = run_mpi("check_counters.py", 4, datasets["one_txn"], timeout=300)
     assert out.stdout.strip().endswith("ok")
     assert "DM walked per reader" in out.stdout
