@@ -223,7 +223,9 @@ class Reader:
         if o.locate == "index":
             self._scatter_index(row)
         cap = int(self.group_records * k * self._mean_size * 1.25) + (64 << 10)
-        self._group_buf = GroupBuffer(topo.group_comm, self.group_records * k, cap)
+        # More slots for small chunks (a deeper pipeline), within about 64 MiB.
+        nslots = int(min(16, max(GroupBuffer.MIN_SLOTS, (64 << 20) // cap)))
+        self._group_buf = GroupBuffer(topo.group_comm, self.group_records * k, cap, nslots)
 
     def _open_baseline(self) -> None:
         self._open_env()

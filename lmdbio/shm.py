@@ -26,8 +26,9 @@ class GroupBuffer:
     every rank has asked for chunk ``c - S + 2``. A batch from chunk ``c - S``
     is then at least two ``read_batch()`` calls old, which is the documented
     lifetime: valid until the rank's second following ``read_batch()``. With
-    S = 4 the reader can run two chunks ahead of the slowest rank, so a rank
-    the scheduler is late to wake does not stall the reader.
+    S slots the reader can run S - 2 chunks ahead of the slowest rank, so a
+    rank the scheduler is late to wake does not stall the reader (S >= 4;
+    the Reader picks more slots for small chunks).
 
     A slot grows when a chunk needs more room: the reader announces the size
     in the header and the group allocates the bigger window together (MPI
@@ -35,22 +36,28 @@ class GroupBuffer:
     ``close()`` because earlier batches may still view them.
     """
 
-    NSLOTS = 4
+    MIN_SLOTS = 4
 
-    def __init__(self, comm: MPI.Comm, max_records: int, capacity: int):
+    def __init__(self, comm: MPI.Comm, max_records: int, capacity: int, nslots: int = MIN_SLOTS):
+        if nslots < self.MIN_SLOTS:
+            raise ValueError(f"nslots must be at least {self.MIN_SLOTS}, got {nslots}")
+        self.nslots = int(nslots)
         self.comm = comm
         self.is_reader = comm.rank == 0
         self.max_records = int(max_records)
         self._hdr_len = _CTL_LEN + 2 * self.max_records
-        n_hdr = self.NSLOTS * self._hdr_len + comm.size
+        n_hdr = self.nslots * self._hdr_len + 2 * comm.size
         self._hdr_win = self._allocate(n_hdr * 8)
         flat = self._view(self._hdr_win, np.int64)
-        self.header = flat[:self.NSLOTS * self._hdr_len].reshape(self.NSLOTS, self._hdr_len)
-        self.acks = flat[self.NSLOTS * self._hdr_len:]
+        self.header = flat[:self.nslots * self._hdr_len].reshape(self.nslots, self._hdr_len)
+        self.acks = flat[self.nslots * self._hdr_len:][:comm.size]
+        # asleep[r] is 1 while rank r may sleep in a futex: wake-ups cost a
+        # system call, so they are made only for someone who sleeps.
+        self.asleep = flat[self.nslots * self._hdr_len + comm.size:]
         if self.is_reader:
             flat[:] = 0
             self.acks[:] = -1
-        self._wins = [self._allocate(max(int(capacity), 1)) for _ in range(self.NSLOTS)]
+        self._wins = [self._allocate(max(int(capacity), 1)) for _ in range(self.nslots)]
         self._data = [self._view(w, np.uint8) for w in self._wins]
         self._old: list[MPI.Win] = []
         self.comm.Barrier()
@@ -86,23 +93,23 @@ class GroupBuffer:
         Waits until the slot's previous chunk is out of use; collective with
         the group if the slot has to grow.
         """
-        slot = chunk % self.NSLOTS
-        if chunk >= self.NSLOTS and self.comm.size > 1:
-            need = chunk - self.NSLOTS + 2
+        slot = chunk % self.nslots
+        if chunk >= self.nslots and self.comm.size > 1:
+            need = chunk - self.nslots + 2
             for m in range(1, self.comm.size):
-                wait_word(self.acks, m, lambda v: v >= need)
+                wait_word(self.acks, m, lambda v: v >= need, (self.asleep, 0), self._fence)
         if nbytes > self.capacity(slot):
             new = max(int(nbytes), 2 * self.capacity(slot))
             self.header[slot, _GROW] = new
             self._fence()
             self.header[slot, _SEQ] = 2 * chunk + 1
-            wake_word(self.header[slot], _SEQ)
+            self._wake_members(slot)
             self._grow(slot, new)
         return self._data[slot]
 
     def publish(self, chunk: int, offsets: np.ndarray, sizes: np.ndarray) -> None:
         """Reader: announce the records now in ``chunk``'s slot."""
-        slot = chunk % self.NSLOTS
+        slot = chunk % self.nslots
         n = len(offsets)
         if n > self.max_records:
             raise ValueError(f"{n} records do not fit a header of {self.max_records}")
@@ -113,28 +120,35 @@ class GroupBuffer:
         h[_CTL_LEN + m:_CTL_LEN + m + n] = sizes
         self._fence()
         h[_SEQ] = 2 * chunk + 2
-        wake_word(h, _SEQ)
+        self._wake_members(slot)
+
+    def _wake_members(self, slot: int) -> None:
+        self._fence()
+        if self.asleep[1:].any():
+            wake_word(self.header[slot], _SEQ)
 
     # -- group side ------------------------------------------------------
     def receive(self, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every rank but the reader: ask for ``chunk`` and wait until it is there."""
-        slot = chunk % self.NSLOTS
+        slot = chunk % self.nslots
         me = self.comm.rank
         self.acks[me] = chunk
         self._fence()
-        wake_word(self.acks, me)
+        if self.asleep[0]:
+            wake_word(self.acks, me)
         h = self.header[slot]
-        seq = wait_word(h, _SEQ, lambda v: v >= 2 * chunk + 1)
+        mine = (self.asleep, me)
+        seq = wait_word(h, _SEQ, lambda v: v >= 2 * chunk + 1, mine, self._fence)
         self._fence()
         if seq == 2 * chunk + 1:
             self._grow(slot, int(h[_GROW]))
-            wait_word(h, _SEQ, lambda v: v >= 2 * chunk + 2)
+            wait_word(h, _SEQ, lambda v: v >= 2 * chunk + 2, mine, self._fence)
             self._fence()
         return self.current(chunk)
 
     def current(self, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(data, offsets, sizes) of what ``chunk``'s slot holds now (no synchronization)."""
-        slot = chunk % self.NSLOTS
+        slot = chunk % self.nslots
         h = self.header[slot]
         n = int(h[_NREC])
         m = self.max_records

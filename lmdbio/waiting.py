@@ -53,11 +53,17 @@ def wait_until(ready: Callable[[], bool]) -> None:
         pause = min(pause * 2, _MAX_SLEEP)
 
 
-def wait_word(arr: np.ndarray, i: int, ready: Callable[[int], bool]) -> int:
+def wait_word(arr: np.ndarray, i: int, ready: Callable[[int], bool],
+              sleeping: tuple[np.ndarray, int] | None = None,
+              fence: Callable[[], None] | None = None) -> int:
     """Wait until ``ready(arr[i])``; sleeps in the kernel on the word's low 32 bits.
 
     ``arr`` is an int64 array in shared memory. Whoever changes ``arr[i]``
-    calls :func:`wake_word` on it. Returns the value that satisfied ``ready``.
+    calls :func:`wake_word` on it. With ``sleeping=(flags, j)``, ``flags[j]``
+    is 1 while this process may be asleep, so the writer can skip the wake-up
+    system call when nobody sleeps; ``fence`` (a full memory barrier) orders
+    raising the flag before the last look at the word. Returns the value
+    that satisfied ``ready``.
     """
     for _ in range(_SPINS):
         v = int(arr[i])
@@ -68,13 +74,22 @@ def wait_word(arr: np.ndarray, i: int, ready: Callable[[int], bool]) -> int:
         return int(arr[i])
     addr = ctypes.c_void_p(arr.ctypes.data + 8 * i)
     tout = ctypes.byref(_TIMEOUT)
-    while True:
-        v = int(arr[i])
-        if ready(v):
-            return v
-        # Sleeps only while the word still holds v (no lost wake-up).
-        _syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, ctypes.c_int32(v & 0xFFFFFFFF).value,
-                 tout, None, 0)
+    if sleeping is not None:
+        flags, j = sleeping
+        flags[j] = 1
+        if fence is not None:
+            fence()
+    try:
+        while True:
+            v = int(arr[i])
+            if ready(v):
+                return v
+            # Sleeps only while the word still holds v (no lost wake-up).
+            _syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, ctypes.c_int32(v & 0xFFFFFFFF).value,
+                     tout, None, 0)
+    finally:
+        if sleeping is not None:
+            flags[j] = 0
 
 
 def wake_word(arr: np.ndarray, i: int) -> None:
