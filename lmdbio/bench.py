@@ -122,36 +122,6 @@ def _polite_barrier(comm, first: float = 5e-5, longest: float = 1e-3) -> None:
         nap = min(2 * nap, longest)
 
 
-def _resident_pages(path) -> np.ndarray:
-    """Per page of ``path``: True where the page is in the page cache (mincore)."""
-    import ctypes
-    import mmap
-
-    from .metrics import _lib
-
-    size = os.path.getsize(path)
-    npages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
-    vec = np.zeros(npages, dtype=np.uint8)
-    if size == 0:
-        return vec.astype(bool)
-    libc = _lib()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if addr in (None, ctypes.c_void_p(-1).value):
-            err = ctypes.get_errno()
-            raise OSError(err, f"mmap of {path} failed: {os.strerror(err)}")
-        try:
-            if libc.mincore(addr, size, vec.ctypes.data) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"mincore on {path} failed: {os.strerror(err)}")
-        finally:
-            libc.munmap(addr, size)
-    finally:
-        os.close(fd)
-    return (vec & 1).astype(bool)
-
-
 def _page_mask(offsets: np.ndarray, sizes: np.ndarray, npages: int) -> np.ndarray:
     """Bool per page: some byte of some record (offset, size) lies in it."""
     import mmap
@@ -220,7 +190,7 @@ def _prepare_cache(comm, path: Path, cache: str, offsets: np.ndarray, sizes: np.
                 metrics.evict(path)
             else:
                 _warm(path, offs, szs)
-            pages = _resident_pages(path)
+            pages = metrics.resident_pages(path)
             file_res = float(pages.mean()) if len(pages) else 0.0
             mask = _page_mask(offs, szs, len(pages))
             res = float(pages[mask].mean()) if mask.any() else 0.0

@@ -13,7 +13,7 @@ from typing import Iterator
 
 import numpy as np
 
-__all__ = ["PhaseRecorder", "proc_io", "evict", "residency", "rusage_snapshot", "totals_snapshot",
+__all__ = ["PhaseRecorder", "proc_io", "evict", "residency", "resident_pages", "rusage_snapshot", "totals_snapshot",
            "totals_row"]
 
 _RUSAGE_FIELDS = ("ru_utime", "ru_stime", "ru_nvcsw", "ru_nivcsw", "ru_minflt", "ru_majflt")
@@ -128,16 +128,17 @@ def _lib():
     return _libc
 
 
-def residency(path: str | os.PathLike) -> float:
-    """Fraction of a file's pages in the page cache (mincore over a fresh read-only map).
+def resident_pages(path: str | os.PathLike) -> np.ndarray:
+    """Bool per page of a file: True where it is in the page cache.
 
-    Mapping does not fault pages in, so measuring does not change the answer.
+    mincore over a fresh read-only map; mapping does not fault pages in, so
+    measuring does not change the answer.
     """
     size = os.path.getsize(path)
-    if size == 0:
-        return 0.0
     npages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
     vec = np.zeros(npages, dtype=np.uint8)
+    if size == 0:
+        return vec.astype(bool)
     libc = _lib()
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -153,4 +154,10 @@ def residency(path: str | os.PathLike) -> float:
             libc.munmap(addr, size)
     finally:
         os.close(fd)
-    return float(np.count_nonzero(vec & 1)) / npages
+    return (vec & 1).astype(bool)
+
+
+def residency(path: str | os.PathLike) -> float:
+    """Fraction of a file's pages in the page cache."""
+    pages = resident_pages(path)
+    return float(pages.mean()) if len(pages) else 0.0

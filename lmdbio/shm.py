@@ -59,17 +59,23 @@ class GroupBuffer:
             self.acks[:] = -1
         self._wins = [self._allocate(max(int(capacity), 1)) for _ in range(self.nslots)]
         self._data = [self._view(w, np.uint8) for w in self._wins]
-        self._old: list[MPI.Win] = []
+        self._old: list = []
         self.comm.Barrier()
 
     # -- window plumbing -------------------------------------------------
-    def _allocate(self, nbytes: int) -> MPI.Win:
+    def _allocate(self, nbytes: int):
+        if self.comm.size == 1:
+            # A reader alone in its group shares with nobody: private memory is
+            # faster to read into (transparent huge pages, no shm page faults).
+            return np.empty(nbytes, dtype=np.uint8)
         win = MPI.Win.Allocate_shared(nbytes if self.is_reader else 0, 1, comm=self.comm)
         win.Lock_all(MPI.MODE_NOCHECK)
         return win
 
     @staticmethod
-    def _view(win: MPI.Win, dtype) -> np.ndarray:
+    def _view(win, dtype) -> np.ndarray:
+        if isinstance(win, np.ndarray):
+            return win.view(dtype)
         buf, _ = win.Shared_query(0)
         return np.frombuffer(buf, dtype=np.uint8).view(dtype)
 
@@ -84,7 +90,8 @@ class GroupBuffer:
     def _fence(self) -> None:
         # MPI_Win_sync is a memory barrier for the shared windows (MPI-3
         # separate model): stores before it are visible before the flag.
-        self._hdr_win.Sync()
+        if self.comm.size > 1:
+            self._hdr_win.Sync()
 
     # -- reader side -----------------------------------------------------
     def reserve(self, chunk: int, nbytes: int) -> np.ndarray:
@@ -158,6 +165,7 @@ class GroupBuffer:
         """Free every window. Collective over the group."""
         self.comm.Barrier()
         for w in [self._hdr_win, *self._wins, *self._old]:
-            w.Unlock_all()
-            w.Free()
+            if isinstance(w, MPI.Win):
+                w.Unlock_all()
+                w.Free()
         self._wins, self._old, self._data = [], [], []

@@ -83,7 +83,7 @@ def test_evict_and_residency_on_a_file(tmp_path):
     assert metrics.residency(f) > 0.9
     metrics.evict(f)
     assert metrics.residency(f) < 0.05
-    pages = bench._resident_pages(f)
+    pages = metrics.resident_pages(f)
     assert pages.dtype == bool and len(pages) == (4 << 20) // 4096 and not pages.any()
 
 
