@@ -159,10 +159,11 @@ def _run_on_subcomm(func: Callable, nprocs: int, args: tuple, kwargs: dict):
     sub = world.Split(color, world.Get_rank())
     if sub == MPI.COMM_NULL:
         return None
-    try:
-        return func(sub, *args, **kwargs)
-    finally:
-        sub.Free()
+    result = func(sub, *args, **kwargs)
+    # Freeing is collective: after a failure the other ranks may never get
+    # here, so a failed call leaks its communicator rather than hang.
+    sub.Free()
+    return result
 
 
 def _world_rank() -> tuple[int, int]:
@@ -206,6 +207,8 @@ class MPICluster:
         self.client = None
         self.view = None
         self.engine_ids: list[int] = []   # engine ids in MPI rank order
+        # Seconds to wait for the other ranks once one rank's function raised.
+        self.failure_grace = 15.0
 
     # lifecycle
     def start(self) -> "MPICluster":
@@ -314,37 +317,40 @@ class MPICluster:
         ar = self.client[self.engine_ids[0]].apply_async(func, *args, **kwargs)
         return self._wait(ar, None)
 
-    def _wait(self, ar, timeout: float | None, grace: float = 15.0):
+    def _wait(self, ar, timeout: float | None):
+        grace = self.failure_grace
         deadline = None if timeout is None else time.monotonic() + timeout
-        failed_at = None
+        failed_at, error, checked = None, "", set()
         while not ar.ready():
             ar.wait(0.2)
-            if failed_at is None and self._any_failed(ar):
-                failed_at = time.monotonic()
+            if failed_at is None:
+                error = self._finished_error(ar, checked)
+                if error:
+                    failed_at = time.monotonic()
             if failed_at is not None and time.monotonic() - failed_at > grace:
                 # One rank raised, the rest wait in a collective that will never
                 # complete: the MPI job cannot recover, so end the cluster.
-                msg = self._first_error(ar)
                 self.stop()
-                raise EngineFailure(f"an engine failed and the others hung; cluster stopped.\n{msg}")
+                raise EngineFailure(f"an engine failed and the others hung; cluster stopped.\n{error}")
             if deadline is not None and time.monotonic() > deadline:
                 self.stop()
                 raise EngineFailure(f"engines did not finish within {timeout} s; cluster stopped")
         try:
             return ar.get()
         except Exception as exc:
-            raise EngineFailure(self._first_error(ar) or str(exc)) from None
+            raise EngineFailure(str(exc)) from None
 
-    def _any_failed(self, ar) -> bool:
+    def _finished_error(self, ar, checked: set) -> str:
+        """The error of the first finished engine task that failed ('' when none has)."""
         self.client.spin()
-        return any(self.client.metadata[m].get("status") == "error" for m in ar.msg_ids)
-
-    def _first_error(self, ar) -> str:
         for m in ar.msg_ids:
-            if self.client.metadata[m].get("status") == "error":
-                res = self.client.results.get(m)
-                if res is not None:
-                    return "".join(getattr(res, "render_traceback", lambda: [str(res)])())
+            if m in checked or m in self.client.outstanding:
+                continue
+            checked.add(m)
+            try:
+                self.client.get_result(m).get(0)
+            except Exception as exc:  # the remote error, re-raised here
+                return f"{type(exc).__name__}: {exc}"
         return ""
 
 
@@ -438,6 +444,12 @@ def ensure_dataset(path: str | os.PathLike, preset: str, records: int, **kwargs)
     else:
         make_dataset(path, preset, records, **kwargs)
         made = True
+    if kwargs.get("provenance", True):
+        from .provenance import provenance_status, write_provenance
+
+        # A sidecar from an older schema or an edited database is rewritten, not trusted.
+        if provenance_status(path) != "present":
+            write_provenance(path)
     return {"path": str(path), "records": records, "bytes": data.stat().st_size, "made": made}
 
 
@@ -521,3 +533,157 @@ def _describe_on_rank(comm, datasets: dict) -> dict | None:
 def describe_datasets(cluster: "MPICluster", datasets: dict) -> dict:
     """:func:`describe_dataset` for ``{name: path}`` on engine rank 0."""
     return cluster.run(_describe_on_rank, 1, datasets)[0]
+
+
+# --- sweeps of bench points ---------------------------------------------------------------------
+
+def _run_points(comm, points: list[dict]) -> list[dict]:
+    from .bench import run_point
+
+    rows: list[dict] = []
+    for p in points:
+        rows.extend(run_point(comm, **p))
+    return rows
+
+
+def sweep(cluster: "MPICluster", points: list[dict], *, progress: bool = True) -> list[dict]:
+    """Run :func:`lmdbio.bench.run_point` for each point dict (which holds ``nprocs``) on the engines.
+
+    Points with the same ``nprocs`` run in one call on one sub-communicator,
+    in the order given. Returns every point's rows (rank 0's gathered rows).
+    """
+    by_p: dict[int, list[dict]] = {}
+    for p in points:
+        q = dict(p)
+        by_p.setdefault(int(q.pop("nprocs")), []).append(q)
+    rows: list[dict] = []
+    for nprocs, pts in by_p.items():
+        t0 = time.monotonic()
+        rows.extend(cluster.run_root(_run_points, nprocs, pts))
+        if progress:
+            print(f"P={nprocs}: {len(pts)} points in {time.monotonic() - t0:.1f} s", flush=True)
+    return rows
+
+
+# --- engine-side experiments the bench does not cover -------------------------------------------
+
+def _polite_barrier(comm, interval: float = 2e-4) -> None:
+    # MPICH's blocking barrier spins; on an oversubscribed node spinning ranks steal the readers' cores.
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(interval)
+
+
+def reader_timeline(comm, dataset, variant: str, batch_size: int, iters: int, *, cache: str = "cold",
+                    warmup: int = 1, ranks_per_node: int | None = None, readers_per_node: int = 1,
+                    coalesce_bytes: int | None = None, stagger_size: int | None = None) -> list[dict]:
+    """Per-batch, per-phase Reader rows of ``iters`` timed batches, gathered on rank 0.
+
+    Unlike :func:`lmdbio.bench.run_point` (which sums phases over batches),
+    this keeps every (rank, batch, phase) row with its monotonic start and end,
+    for read timelines (STAG) and request-size sweeps (COAL's
+    ``coalesce_bytes``). Cold cache: node rank 0 evicts the file after the
+    warmup batches. Every row carries ``variant``, ``nprocs``,
+    ``coalesce_bytes``, ``stagger_size``, the timed ``wall_s_total``,
+    ``records`` and ``record_bytes`` (over all ranks) and ``resident_fraction``.
+    """
+    from mpi4py import MPI
+
+    from . import metrics
+    from .format import db_file
+    from .reader import Reader
+
+    path = db_file(dataset)
+    with Reader(dataset, batch_size, comm, variant, ranks_per_node, readers_per_node,
+                coalesce_bytes=coalesce_bytes, stagger_size=stagger_size) as reader:
+        for _ in range(warmup):
+            reader.read_batch()
+        resident = float("nan")
+        if cache == "cold":
+            node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+            if node.Get_rank() == 0:
+                metrics.evict(path)
+                resident = metrics.residency(path)
+            node.Free()
+        _polite_barrier(comm)
+        t0 = time.monotonic()
+        records = nbytes = 0
+        for _ in range(iters):
+            b = reader.read_batch()
+            records += len(b)
+            nbytes += b.nbytes
+        _polite_barrier(comm)
+        wall = time.monotonic() - t0
+        rows = [dict(r) for r in reader.stats() if r.get("phase") != "setup"
+                and warmup <= int(r.get("batch", -1)) < warmup + iters]
+        is_reader = bool(reader.is_reader)
+        opts = reader.options
+    wall = comm.allreduce(wall, op=MPI.MAX)
+    records = comm.allreduce(records)
+    nbytes = comm.allreduce(nbytes)
+    resident = comm.allreduce(0.0 if resident != resident else resident, op=MPI.MAX)
+    point = {"variant": variant, "nprocs": comm.Get_size(), "cache": cache,
+             "batch_size": batch_size, "iters": iters,
+             "coalesce_bytes": opts.coalesce_bytes, "stagger_size": opts.stagger_size,
+             "ranks_per_node": ranks_per_node or 0, "readers_per_node": readers_per_node,
+             "wall_s_total": wall, "records": records, "record_bytes": nbytes,
+             "resident_fraction": resident}
+    for r in rows:
+        r.update(point, is_reader=is_reader)
+        for k, v in list(r.items()):
+            if hasattr(v, "item"):
+                r[k] = v.item()
+    gathered = comm.gather(rows, root=0)
+    return [r for rank_rows in gathered for r in rank_rows] if comm.Get_rank() == 0 else []
+
+
+def _timelines(comm, points: list[dict]) -> list[dict]:
+    rows: list[dict] = []
+    for p in points:
+        rows.extend(reader_timeline(comm, **p))
+    return rows
+
+
+def sweep_timelines(cluster: "MPICluster", points: list[dict], *, progress: bool = True) -> list[dict]:
+    """:func:`reader_timeline` for each point dict (holding ``nprocs``), like :func:`sweep`."""
+    by_p: dict[int, list[dict]] = {}
+    for p in points:
+        q = dict(p)
+        by_p.setdefault(int(q.pop("nprocs")), []).append(q)
+    rows: list[dict] = []
+    for nprocs, pts in by_p.items():
+        t0 = time.monotonic()
+        rows.extend(cluster.run_root(_timelines, nprocs, pts))
+        if progress:
+            print(f"P={nprocs}: {len(pts)} points in {time.monotonic() - t0:.1f} s", flush=True)
+    return rows
+
+
+def prov_model_table(path: str | os.PathLike, commit_every: int | None = 1000):
+    """PROV's arithmetic offsets next to the true ones from the index walk (a DataFrame).
+
+    Columns: record, true_offset, model_offset (with the writer's commit
+    interval), model_single_txn_offset (as if one transaction wrote all),
+    commit_every, record_bytes, key_bytes.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from .index import build_index
+    from .provenance import arithmetic_offsets
+
+    index = build_index(path)
+    meta = index.meta
+    n = len(index)
+    # The model needs one record size; Datums differ by a byte or two (the label's
+    # varint), which changes no page count, so the largest stands for all.
+    rec = int(index.sizes.max())
+    key = len(index.keys(0, 1)[0])
+    kw = dict(record_bytes=rec, psize=meta.psize, header_size=meta.header_size, key_bytes=key,
+              first_leaf_page=int(index.leaf_pgnos[0]))
+    with_commits = arithmetic_offsets(n, commit_every=commit_every, **kw)
+    single = arithmetic_offsets(n, commit_every=None, **kw)
+    return pd.DataFrame({"record": np.arange(n), "true_offset": index.offsets.astype(np.int64),
+                         "model_offset": with_commits.astype(np.int64),
+                         "model_single_txn_offset": single.astype(np.int64),
+                         "commit_every": commit_every or 0, "record_bytes": rec, "key_bytes": key})

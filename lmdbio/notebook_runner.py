@@ -81,14 +81,20 @@ def results_dir(results_root: str | os.PathLike, name: str) -> Path:
 
 
 def save_results(out_dir: str | os.PathLike, tables: dict, config: dict) -> Path:
-    """Write each DataFrame of ``tables`` as ``name.csv`` and ``meta.json`` (host + config)."""
+    """Write each DataFrame of ``tables`` as ``name.csv`` (``.csv.gz`` when large) and ``meta.json``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    files = []
     for name, df in tables.items():
-        df.to_csv(out / f"{name}.csv", index=False)
+        # Large tables (a row per page or record) are committed gzipped; plots.load reads both.
+        f = out / (f"{name}.csv.gz" if len(df) > 20_000 else f"{name}.csv")
+        for stale in (out / f"{name}.csv", out / f"{name}.csv.gz"):
+            stale.unlink(missing_ok=True)
+        df.to_csv(f, index=False)
+        files.append(f.name)
     meta = {"host": host_meta(), "git_commit": _git_commit(),
             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config,
-            "scale": config.get("scale"), "files": sorted(f"{n}.csv" for n in tables)}
+            "scale": config.get("scale"), "files": sorted(files)}
     (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
     return out
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -21,9 +22,9 @@ import seaborn as sns
 __all__ = [
     "VARIANTS", "VARIANT_COLORS", "PHASE_COLORS", "PAGE_COLORS", "label", "setup", "save",
     "load", "machine", "subtitle",
-    "environment", "page_map", "record_sizes", "time_breakdown", "contention", "seek_cost",
-    "io_requests", "compare_variants", "phase_compare", "prov_model", "coalescing", "timelines",
-    "scaling", "speedup_table", "training",
+    "environment", "page_map", "record_sizes", "per_iteration", "time_breakdown", "contention",
+    "seek_cost", "MMAP_VARIANTS", "requests_per_iteration", "io_requests", "optimization",
+    "prov_model", "coalescing", "timelines", "scaling", "speedup_table", "training",
 ]
 
 VARIANTS = ("lmdb", "lmdbio-lmm", "lmdbio-lmm-dm", "lmdbio-lmm-dio", "lmdbio-lmm-dio-prov",
@@ -66,6 +67,8 @@ def save(fig, name: str, figures_root: str | os.PathLike = "figures") -> list[Pa
 def load(results_dir: str | os.PathLike, name: str = "points.csv") -> pd.DataFrame:
     """One results table; raises FileNotFoundError naming the notebook that writes it."""
     path = Path(results_dir) / name
+    if not path.exists() and Path(f"{path}.gz").exists():
+        path = Path(f"{path}.gz")
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run its notebook with RUN=True first")
     return pd.read_csv(path)
@@ -81,11 +84,12 @@ def subtitle(meta: dict) -> str:
     """'host: N cores, local disk, scale S' from a meta.json."""
     host = meta.get("host") or {}
     name = host.get("hostname") if isinstance(host, dict) else host
-    cores = (host.get("cores") or host.get("cpu_count")) if isinstance(host, dict) else None
+    cores = host.get("cores") if isinstance(host, dict) else None
     cores = cores or meta.get("cores")
     bits = [f"{name or 'this machine'}: {cores or '?'} cores, local disk"]
-    if meta.get("scale"):
-        bits.append(f"scale {meta['scale']}")
+    scale = meta.get("scale") or (meta.get("config") or {}).get("scale")
+    if scale:
+        bits.append(f"scale {scale}")
     return ", ".join(bits)
 
 
@@ -173,228 +177,275 @@ def record_sizes(records: pd.DataFrame, meta: dict | None = None):
 
 # --- 02 LMDB analysis --------------------------------------------------------------------------
 
-def _per_batch_phase(points: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
-    """Mean over ranks and batches of each phase's wall time per batch (critical path = max over ranks)."""
-    per_rank = points.groupby([*by, "batch", "phase", "rank"], as_index=False)["wall_s"].sum()
-    crit = per_rank.groupby([*by, "batch", "phase"], as_index=False)["wall_s"].max()
-    return crit.groupby([*by, "phase"], as_index=False)["wall_s"].mean()
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"] == "ok"] if "status" in df else df
 
 
-def time_breakdown(points: pd.DataFrame, meta: dict | None = None, by: str = "nprocs",
-                   title: str = "Where one training iteration's time goes"):
-    """Stacked bars: seconds per iteration by phase (slowest rank) vs ``by``, with the I/O share."""
-    d = _per_batch_phase(points[points["phase"] != "setup"], [by])
-    wide = d.pivot_table(index=by, columns="phase", values="wall_s", fill_value=0.0)
-    cols = [p for p in PHASE_ORDER if p in wide.columns] + [c for c in wide.columns if c not in PHASE_ORDER]
-    wide = wide[cols]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    bottom = np.zeros(len(wide))
-    x = np.arange(len(wide))
-    for c in cols:
-        ax.bar(x, wide[c].to_numpy() * 1e3, bottom=bottom, label=c,
-               color=PHASE_COLORS.get(c, "#cccccc"), edgecolor="white", linewidth=0.5)
-        bottom += wide[c].to_numpy() * 1e3
-    io_cols = [c for c in cols if c not in ("compute", "allreduce")]
-    share = wide[io_cols].sum(axis=1) / wide.sum(axis=1)
+def per_iteration(points: pd.DataFrame, level: str, phases: Sequence[str], columns: Sequence[str],
+                  by: Sequence[str] = ("variant", "nprocs")) -> pd.DataFrame:
+    """bench points rows -> per rank per iteration sums of ``columns`` over ``phases``, then
+    ``<col>`` (mean over ranks and repeats) and ``<col>_sum`` (summed over ranks, mean over repeats)."""
+    d = _ok(points)
+    d = d[(d["level"] == level) & d["phase"].isin(phases)]
+    keys = [*by, "repeat", "rank"]
+    per_rank = d.groupby(keys, as_index=False).agg({**{c: "sum" for c in columns}, "iters": "first"})
+    for c in columns:
+        per_rank[c] = per_rank[c] / per_rank["iters"]
+    mean = per_rank.groupby([*by, "repeat"], as_index=False)[list(columns)].mean()
+    total = per_rank.groupby([*by, "repeat"], as_index=False)[list(columns)].sum()
+    out = mean.merge(total, on=[*by, "repeat"], suffixes=("", "_sum"))
+    return out.groupby(list(by), as_index=False).mean(numeric_only=True).drop(columns="repeat")
+
+
+def time_breakdown(summary: pd.DataFrame, meta: dict | None = None,
+                   title: str = "LMDB: where one training iteration's time goes"):
+    """Stacked bars of seconds per iteration (mean over ranks): I/O, waiting, allreduce, compute."""
+    d = _ok(summary).copy()
+    parts = {"read_s": ("I/O (read)", PHASE_COLORS["read"]), "wait_s": ("I/O wait", PHASE_COLORS["wait"]),
+             "comm_s": ("gradient allreduce", PHASE_COLORS["allreduce"]),
+             "compute_s": ("compute (emulated)", PHASE_COLORS["compute"])}
+    for c in parts:
+        d[c] = d[c] / d["iters"]
+    m = d.groupby("nprocs")[list(parts)].mean()
+    fig, ax = plt.subplots(figsize=(6.8, 4))
+    x = np.arange(len(m))
+    bottom = np.zeros(len(m))
+    for c, (name, color) in parts.items():
+        ax.bar(x, m[c] * 1e3, bottom=bottom, label=name, color=color, edgecolor="white", linewidth=0.5)
+        bottom += m[c].to_numpy() * 1e3
+    share = (m["read_s"] + m["wait_s"]) / m.sum(axis=1)
     for xi, tot, sh in zip(x, bottom, share):
         ax.annotate(f"I/O {sh:.0%}", (xi, tot), ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(x, [str(v) for v in wide.index])
-    ax.set_xlabel("processes" if by == "nprocs" else by)
-    ax.set_ylabel("time per iteration (ms, slowest rank)")
-    ax.legend(title="phase", bbox_to_anchor=(1.01, 1), loc="upper left")
+    ax.set_xticks(x, [str(v) for v in m.index])
+    ax.set_xlabel("processes")
+    ax.set_ylabel("time per iteration (ms, mean over ranks)")
+    ax.legend(bbox_to_anchor=(1.01, 1), loc="upper left", fontsize=8)
     ax.margins(y=0.12)
     _title(fig, title, meta)
     return fig
 
 
-def contention(points: pd.DataFrame, meta: dict | None = None):
-    """Problem 1: sleep time and context switches per rank and iteration vs processes per node."""
-    d = points[points["phase"].isin(["read", "locate"])]
-    per = d.groupby(["nprocs", "rank", "batch"], as_index=False)[["sleep_s", "vcsw", "ivcsw"]].sum()
-    m = per.groupby("nprocs", as_index=False)[["sleep_s", "vcsw", "ivcsw"]].mean()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.6))
-    a1.plot(m["nprocs"], m["sleep_s"] * 1e3, "o-", color=VARIANT_COLORS["lmdb"])
-    a1.set_ylabel("sleep time per rank per iteration (ms)")
-    a2.plot(m["nprocs"], m["vcsw"], "o-", label="voluntary", color="#2980b9")
-    a2.plot(m["nprocs"], m["ivcsw"], "s--", label="involuntary", color="#e67e22")
-    a2.set_ylabel("context switches per rank per iteration")
-    a2.legend()
+def contention(points: pd.DataFrame, meta: dict | None = None, variants: Sequence[str] = ("lmdb",)):
+    """Problem 1: sleep time and context switches per iteration (summed over ranks) vs processes per node."""
+    m = per_iteration(points[points["variant"].isin(variants)], "step", ["total"],
+                      ["sleep_s", "vcsw", "ivcsw"])
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.5, 3.8))
+    for v, g in m.groupby("variant"):
+        c = VARIANT_COLORS.get(v, "#333")
+        a1.plot(g["nprocs"], g["sleep_s_sum"] * 1e3, "o-", color=c, label=label(v))
+        a2.plot(g["nprocs"], g["vcsw_sum"], "o-", color=c, label=f"{label(v)} voluntary")
+        a2.plot(g["nprocs"], g["ivcsw_sum"], "s--", color=c, alpha=0.6, label=f"{label(v)} involuntary")
+    a1.set_ylabel("sleep time per iteration,\nsummed over ranks (ms)")
+    a2.set_ylabel("context switches per iteration,\nsummed over ranks")
+    a1.legend(fontsize=8)
+    a2.legend(fontsize=7)
     for a in (a1, a2):
         _pow2_ticks(a, m["nprocs"])
         a.set_xlabel("processes per node")
         a.set_ylim(bottom=0)
-    _title(fig, "LMDB (mmap): sleep and context switches in locate+read", meta)
+    _title(fig, "Sleep and context switches during the timed iterations", meta)
     fig.tight_layout()
     return fig
 
 
-def seek_cost(points: pd.DataFrame, meta: dict | None = None):
-    """Problem 2: cursor seek cost (records walked, locate time) vs rank, one line per process count."""
-    d = points[points["phase"] == "locate"]
-    m = d.groupby(["nprocs", "rank"], as_index=False)[["records_walked", "wall_s"]].mean()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.6))
-    pal = sns.color_palette("rocket_r", m["nprocs"].nunique())
-    for color, (p, g) in zip(pal, m.groupby("nprocs")):
-        a1.plot(g["rank"], g["records_walked"], "o-", color=color, label=f"P={p}")
-        a2.plot(g["rank"], g["wall_s"] * 1e3, "o-", color=color, label=f"P={p}")
-    a1.set_ylabel("records walked by the cursor per iteration")
-    a2.set_ylabel("locate time per iteration (ms)")
-    for a in (a1, a2):
-        a.set_xlabel("rank")
-        a.set_ylim(bottom=0)
-        a.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-    a2.legend(title="processes")
-    _title(fig, "LMDB: a rank's cursor walks past every earlier rank's records", meta)
-    fig.tight_layout()
-    return fig
-
-
-def io_requests(points: pd.DataFrame, meta: dict | None = None):
-    """Problem 3: how the data arrives: read calls/page faults per iteration and bytes per request."""
-    d = points[points["phase"].isin(["read", "locate"])].copy()
-    d["faults"] = d["minflt"] + d["majflt"]
-    per = d.groupby(["variant", "nprocs", "rank", "batch"], as_index=False)[
-        ["faults", "majflt", "calls", "bytes"]].sum()
-    m = per.groupby(["variant", "nprocs"], as_index=False).mean(numeric_only=True)
-    m["requests"] = np.where(m["calls"] > 0, m["calls"], m["faults"])
-    m["bytes_per_request"] = m["bytes"] / m["requests"].replace(0, np.nan)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.5, 3.6))
+def seek_cost(points: pd.DataFrame, meta: dict | None = None, variants: Sequence[str] = ("lmdb",)):
+    """Problem 2: records a rank's cursor walks per iteration vs the records it keeps, vs processes."""
+    d = points[points["variant"].isin(variants)]
+    m = per_iteration(d, "reader", ["locate"], ["records_walked", "wall_s"])
+    own = _ok(d).groupby(["variant", "nprocs"], as_index=False)["batch_size"].first()
+    m = m.merge(own, on=["variant", "nprocs"])
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.5, 3.8))
     for v, g in m.groupby("variant"):
-        c = VARIANT_COLORS.get(v, "#333333")
-        a1.plot(g["nprocs"], g["requests"], "o-", color=c, label=v)
-        a2.plot(g["nprocs"], g["bytes_per_request"] / 1024, "o-", color=c, label=v)
-    a1.set_ylabel("requests per rank per iteration\n(page faults for mmap, preads for DIO)")
-    a2.set_ylabel("bytes per request (KiB)")
+        c = VARIANT_COLORS.get(v, "#333")
+        a1.plot(g["nprocs"], g["records_walked"], "o-", color=c, label=f"{label(v)}: walked")
+        a2.plot(g["nprocs"], g["wall_s"] * 1e3, "o-", color=c, label=label(v))
+    g = m.drop_duplicates("nprocs")
+    a1.plot(g["nprocs"], g["batch_size"] / g["nprocs"], "k:", label="records the rank keeps (B/P)")
+    a1.set_ylabel("records per rank per iteration")
+    a1.set_yscale("log", base=2)
+    a2.set_ylabel("cursor locate time per rank\nper iteration (ms)")
+    a2.set_ylim(bottom=0)
+    for a in (a1, a2):
+        _pow2_ticks(a, m["nprocs"])
+        a.set_xlabel("processes")
+        a.legend(fontsize=8)
+    _title(fig, "Sequential access: every rank walks the whole batch to keep 1/P of it", meta)
+    fig.tight_layout()
+    return fig
+
+
+#: Variants whose data arrives through LMDB's mmap (page faults); the others issue preads.
+MMAP_VARIANTS = ("lmdb", "lmdbio-lmm", "lmdbio-lmm-dm")
+
+
+def requests_per_iteration(points: pd.DataFrame) -> pd.DataFrame:
+    """Read requests per iteration: page faults (minor + major) for mmap variants, pread calls else.
+
+    Counted in the reader's locate and read phases. Columns: variant, nprocs,
+    requests (mean over ranks), requests_sum (all ranks), bytes, bytes_per_request.
+    """
+    d = points.assign(faults=points["minflt"].fillna(0) + points["majflt"].fillna(0))
+    m = per_iteration(d, "reader", ["locate", "read"], ["faults", "calls", "bytes"])
+    mmap = m["variant"].isin(MMAP_VARIANTS)
+    m["requests"] = np.where(mmap, m["faults"], m["calls"])
+    m["requests_sum"] = np.where(mmap, m["faults_sum"], m["calls_sum"])
+    m["bytes_per_request"] = m["bytes_sum"] / pd.Series(m["requests_sum"]).replace(0, np.nan)
+    return m
+
+
+def io_requests(points: pd.DataFrame, meta: dict | None = None,
+                variants: Sequence[str] = ("lmdb", "lmdbio-lmm-dio")):
+    """Problem 3: requests per iteration (page faults for mmap, preads for DIO) and their size."""
+    m = requests_per_iteration(points[points["variant"].isin(variants)])
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.5, 3.8))
+    for v, g in m.groupby("variant"):
+        c = VARIANT_COLORS.get(v, "#333")
+        kind = "page faults" if v in MMAP_VARIANTS else "pread calls"
+        a1.plot(g["nprocs"], g["requests_sum"], "o-", color=c, label=f"{label(v)} ({kind})")
+        a2.plot(g["nprocs"], g["bytes_per_request"] / 1024, "o-", color=c, label=label(v))
     for a in (a1, a2):
         _pow2_ticks(a, m["nprocs"])
         a.set_yscale("log")
         a.set_xlabel("processes")
-    _variant_legend(a2, fontsize=8)
-    _title(fig, "Implicit small I/O: mmap faults vs explicit reads", meta)
+        a.legend(fontsize=8)
+    a1.set_ylabel("requests per iteration, all ranks (log)")
+    a2.set_ylabel("bytes delivered per request (KiB, log)")
+    _title(fig, "Implicit small I/O: mmap page faults vs explicit reads", meta)
     fig.tight_layout()
     return fig
 
 
 # --- 03..06 one optimization against the variant before it ------------------------------------
 
-def compare_variants(summary: pd.DataFrame, variants: Sequence[str], meta: dict | None = None,
-                     title: str = "", metric: str = "s_per_iter"):
-    """Time per iteration vs processes for a few variants (mean +- sd over repeats), log-log."""
-    d = summary[summary["variant"].isin(variants)]
-    fig, ax = plt.subplots(figsize=(6.4, 4))
+def optimization(summary: pd.DataFrame, variants: Sequence[str], mechanism: pd.DataFrame | None = None,
+                 meta: dict | None = None, title: str = "", mech_col: str = "", mech_label: str = "",
+                 mech_log: bool = False):
+    """Left: throughput vs processes (cold solid, warm dashed). Right: the mechanism's own metric.
+
+    ``mechanism`` has columns variant, nprocs and ``mech_col`` (e.g. from :func:`per_iteration`).
+    """
+    ncols = 2 if mechanism is not None else 1
+    fig, axes = plt.subplots(1, ncols, figsize=(5.0 * ncols + 0.6, 4), squeeze=False)
+    a1 = axes[0, 0]
+    d = _ok(summary)
+    d = d[d["variant"].isin(variants)]
     for v in variants:
-        g = d[d["variant"] == v].groupby("nprocs")[metric].agg(["mean", "std"]).reset_index()
-        if g.empty:
-            continue
-        ax.errorbar(g["nprocs"], g["mean"] * 1e3, yerr=g["std"].fillna(0) * 1e3, fmt="o-",
-                    capsize=3, color=VARIANT_COLORS.get(v, "#333"), label=label(v))
-    _pow2_ticks(ax, d["nprocs"])
-    ax.set_yscale("log")
-    ax.set_xlabel("processes")
-    ax.set_ylabel("read time per iteration (ms, log)")
-    ax.legend(fontsize=8)
+        for cache, ls in (("cold", "-"), ("warm", "--")):
+            g = d[(d["variant"] == v) & (d["cache"] == cache)]
+            if g.empty:
+                continue
+            g = g.groupby("nprocs")["records_per_s"].agg(["mean", "std"]).reset_index()
+            a1.errorbar(g["nprocs"], g["mean"], yerr=g["std"].fillna(0), fmt="o" + ls, capsize=3,
+                        color=VARIANT_COLORS.get(v, "#333"), label=f"{label(v)}, {cache}")
+    _pow2_ticks(a1, d["nprocs"])
+    a1.set_yscale("log")
+    a1.set_xlabel("processes")
+    a1.set_ylabel("records delivered per second (log)")
+    a1.legend(fontsize=7)
+    if mechanism is not None:
+        a2 = axes[0, 1]
+        for v in variants:
+            g = mechanism[mechanism["variant"] == v]
+            if g.empty:
+                continue
+            a2.plot(g["nprocs"], g[mech_col], "o-", color=VARIANT_COLORS.get(v, "#333"), label=label(v))
+        _pow2_ticks(a2, mechanism["nprocs"])
+        if mech_log:
+            a2.set_yscale("log")
+        else:
+            a2.set_ylim(bottom=0)
+        a2.set_xlabel("processes")
+        text = mech_label or mech_col
+        a2.set_ylabel(text if "\n" in text else "\n".join(textwrap.wrap(text, 34)))
+        a2.legend(fontsize=8)
     _title(fig, title or " vs ".join(label(v) for v in variants), meta)
-    return fig
-
-
-def phase_compare(points: pd.DataFrame, variants: Sequence[str], meta: dict | None = None,
-                  title: str = ""):
-    """Stacked phase bars per (variant, processes): what the optimization removed."""
-    d = points[points["variant"].isin(variants) & (points["phase"] != "setup")]
-    m = _per_batch_phase(d, ["variant", "nprocs"])
-    ps = sorted(m["nprocs"].unique())
-    fig, axes = plt.subplots(1, len(ps), figsize=(2.2 + 2.0 * len(ps), 3.8), sharey=True, squeeze=False)
-    phases = [p for p in PHASE_ORDER if p in set(m["phase"])]
-    for ax, p in zip(axes[0], ps):
-        g = m[m["nprocs"] == p].pivot_table(index="variant", columns="phase", values="wall_s",
-                                            fill_value=0).reindex([v for v in variants])
-        bottom = np.zeros(len(g))
-        for ph in phases:
-            vals = g[ph].fillna(0).to_numpy() * 1e3 if ph in g else np.zeros(len(g))
-            ax.bar(range(len(g)), vals, bottom=bottom, color=PHASE_COLORS[ph], label=ph,
-                   edgecolor="white", linewidth=0.5)
-            bottom += vals
-        ax.set_xticks(range(len(g)), [label(v).replace("LMDBIO-", "") for v in g.index],
-                      rotation=30, ha="right", fontsize=8)
-        ax.set_title(f"P = {p}", fontsize=10)
-    axes[0, 0].set_ylabel("time per iteration (ms, slowest rank)")
-    h, lab = axes[0, -1].get_legend_handles_labels()
-    fig.legend(h[:len(phases)], lab[:len(phases)], title="phase", loc="center left",
-               bbox_to_anchor=(1.0, 0.5))
-    _title(fig, title or "Phases per iteration", meta)
     fig.tight_layout()
+    fig.subplots_adjust(wspace=0.35)
     return fig
 
 
 def prov_model(model: pd.DataFrame, meta: dict | None = None):
-    """PROV: arithmetic offsets vs the true ones (columns record, true_offset, model_offset, commit)."""
-    d = model.sort_values("record")
-    err_pages = (d["model_offset"] - d["true_offset"]) / 4096
-    fig, (a1, a2) = plt.subplots(2, 1, figsize=(8, 5), sharex=True, height_ratios=(2, 1))
-    a1.plot(d["record"], d["true_offset"] / 2**20, "-", color="#2c3e50", lw=2, label="truth (index walk)")
-    a1.plot(d["record"], d["model_offset"] / 2**20, "--", color=VARIANT_COLORS["lmdbio-lmm-dio-prov"],
-            label="arithmetic model")
-    a1.set_ylabel("file offset (MiB)")
-    a1.legend()
-    a2.plot(d["record"], err_pages, color="#c0392b")
-    a2.axhline(0, color="k", lw=0.6)
-    a2.set_ylabel("model - truth (pages)")
-    a2.set_xlabel("record number")
-    if "commit_every" in d.columns and d["commit_every"].notna().any():
-        ce = int(d["commit_every"].dropna().iloc[0])
-        for c in range(ce, int(d["record"].max()) + 1, ce):
-            for a in (a1, a2):
-                a.axvline(c, color="#7f8c8d", lw=0.6, ls=":")
-    _title(fig, "Provenance model vs the file: commits (dotted) shift the pages", meta)
+    """PROV: the arithmetic model's page error vs record number, with and without the commit model."""
+    names = list(dict.fromkeys(model["dataset"])) if "dataset" in model else [None]
+    fig, axes = plt.subplots(len(names), 1, figsize=(8.5, 2.9 * len(names)), squeeze=False)
+    for ax, name in zip(axes[:, 0], names):
+        d = model if name is None else model[model["dataset"] == name]
+        d = d.sort_values("record")
+        psize = 4096
+        e1 = (d["model_offset"] - d["true_offset"]) / psize
+        e0 = (d["model_single_txn_offset"] - d["true_offset"]) / psize
+        ax.plot(d["record"], e0, color="#7f8c8d", lw=1.2, label="model, one transaction")
+        ax.plot(d["record"], e1, color=VARIANT_COLORS["lmdbio-lmm-dio-prov"], lw=1.6,
+                label="model with commits")
+        ax.axhline(0, color="k", lw=0.6)
+        ce = int(d["commit_every"].iloc[0]) if "commit_every" in d else 0
+        if ce:
+            for c in range(ce, int(d["record"].max()) + 1, ce):
+                ax.axvline(c, color="#bdc3c7", lw=0.6, ls=":")
+        exact = float((e1 == 0).mean())
+        ax.set_title(f"{name or ''}: {exact:.0%} of offsets exact with commits "
+                     f"(dotted: commit every {ce:,} records)", fontsize=10)
+        ax.set_ylabel("model - truth (pages)")
+        ax.legend(fontsize=8, loc="upper left")
+    axes[-1, 0].set_xlabel("record number")
+    _title(fig, "PROV's arithmetic offsets against the file", meta)
     fig.tight_layout()
     return fig
 
 
 # --- 07 coalescing, 08 staggering ---------------------------------------------------------------
 
-def coalescing(summary: pd.DataFrame, meta: dict | None = None):
-    """Throughput vs coalesced request size (column request_bytes), one line per process count."""
-    d = summary.groupby(["nprocs", "request_bytes"], as_index=False)["mb_per_s"].mean()
-    fig, ax = plt.subplots(figsize=(6.4, 4))
+def coalescing(rows: pd.DataFrame, meta: dict | None = None):
+    """Throughput vs coalesced request size, one line per process count (reader_timeline rows)."""
+    d = rows.drop_duplicates(["variant", "nprocs", "coalesce_bytes", "cache", "repeat"]
+                             if "repeat" in rows else ["variant", "nprocs", "coalesce_bytes", "cache"])
+    d = d.assign(mb_per_s=d["record_bytes"] / d["wall_s_total"] / 1e6)
+    fig, ax = plt.subplots(figsize=(6.6, 4))
     pal = sns.color_palette("crest", d["nprocs"].nunique())
     for c, (p, g) in zip(pal, d.groupby("nprocs")):
-        ax.plot(g["request_bytes"] / 2**20, g["mb_per_s"], "o-", color=c, label=f"P={p}")
+        coal = g[g["coalesce_bytes"] > 0].groupby("coalesce_bytes")["mb_per_s"].mean()
+        ax.plot(coal.index / 2**20, coal.to_numpy(), "o-", color=c, label=f"P={p}")
+        base = g[g["coalesce_bytes"] == 0]["mb_per_s"].mean()
+        if base == base:
+            ax.axhline(base, color=c, ls=":", lw=1)
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.set_xlabel("bytes per read request (MiB, log2)")
-    ax.set_ylabel("read throughput (MB/s)")
+    ax.set_xlabel("coalesced request target (MiB, log2)")
+    ax.set_ylabel("delivered throughput (MB/s)")
     ax.set_ylim(bottom=0)
-    ax.legend(title="processes")
-    _title(fig, "COAL: bigger requests, fewer of them", meta)
+    ax.legend(title="processes (dotted: no COAL)", fontsize=8)
+    _title(fig, "COAL: one read serves several iterations", meta)
     return fig
 
 
-def timelines(points: pd.DataFrame, meta: dict | None = None, phases=("read", "stagger_wait")):
-    """Per-reader read intervals over time (cold cache), one panel per variant."""
-    d = points[points["phase"].isin(phases) & (points.get("is_reader", True) == True)]  # noqa: E712
+def timelines(rows: pd.DataFrame, meta: dict | None = None, phases=("read", "stagger_wait")):
+    """Per-reader intervals of each phase over time, one panel per variant (reader_timeline rows)."""
+    d = rows[rows["phase"].isin(phases) & rows["is_reader"].astype(bool)]
     variants = [v for v in VARIANTS if v in set(d["variant"])]
-    fig, axes = plt.subplots(len(variants), 1, figsize=(8, 1.2 + 1.3 * len(variants)), sharex=True,
+    fig, axes = plt.subplots(len(variants), 1, figsize=(8.5, 1.4 + 1.5 * len(variants)), sharex=True,
                              squeeze=False)
+    seen = set()
     for ax, v in zip(axes[:, 0], variants):
         g = d[d["variant"] == v]
         t0 = g["t_start"].min()
         for ph in phases:
-            gp = g[g["phase"] == ph]
-            for r, gr in gp.groupby("rank"):
-                ax.broken_barh(list(zip(gr["t_start"] - t0, gr["t_end"] - gr["t_start"])),
+            for r, gr in g[g["phase"] == ph].groupby("rank"):
+                ax.broken_barh(list(zip(gr["t_start"] - t0, (gr["t_end"] - gr["t_start"]).clip(lower=1e-5))),
                                (r - 0.4, 0.8), color=PHASE_COLORS.get(ph, "#999"),
-                               label=ph if r == gp["rank"].min() else None)
+                               label=ph if ph not in seen else None)
+                seen.add(ph)
         ax.set_ylabel("reader rank")
-        ax.set_title(label(v), fontsize=9)
+        ax.set_title(f"{label(v)}: {g['wall_s_total'].iloc[0]:.2f} s for {g['iters'].iloc[0]} iterations",
+                     fontsize=9)
         ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-    axes[-1, 0].set_xlabel("time since first read (s)")
+    axes[-1, 0].set_xlabel("time since the first timed read (s)")
     h, lab = [], []
     for ax in axes[:, 0]:
         for hh, ll in zip(*ax.get_legend_handles_labels()):
             if ll not in lab:
                 h.append(hh)
                 lab.append(ll)
-    axes[0, 0].legend(h, lab, loc="upper right", fontsize=8)
+    fig.legend(h, lab, loc="upper right", fontsize=8)
     _title(fig, "When each reader hits storage (cold cache)", meta)
     fig.tight_layout()
     return fig
@@ -402,16 +453,17 @@ def timelines(points: pd.DataFrame, meta: dict | None = None, phases=("read", "s
 
 # --- 09 scaling, 10 training ---------------------------------------------------------------------
 
-def scaling(summary: pd.DataFrame, meta: dict | None = None, metric: str = "total_s",
-            ylabel: str = "time for the run (s, log)", title: str = "All variants vs processes"):
+def scaling(summary: pd.DataFrame, meta: dict | None = None, metric: str = "wall_s",
+            ylabel: str = "time for the timed iterations (s, log)", title: str = "All variants vs processes"):
     """The poster's headline figure: log time vs processes, one line per variant (+ pread limit)."""
-    fig, ax = plt.subplots(figsize=(7.2, 4.4))
-    order = [v for v in (*VARIANTS, "raw") if v in set(summary["variant"])]
+    d = _ok(summary)
+    fig, ax = plt.subplots(figsize=(7.4, 4.4))
+    order = [v for v in (*VARIANTS, "raw") if v in set(d["variant"])]
     for v in order:
-        g = summary[summary["variant"] == v].groupby("nprocs")[metric].agg(["mean", "std"]).reset_index()
-        ax.errorbar(g["nprocs"], g["mean"], yerr=g["std"].fillna(0), fmt="o-" if v != "raw" else "k:",
+        g = d[d["variant"] == v].groupby("nprocs")[metric].agg(["mean", "std"]).reset_index()
+        ax.errorbar(g["nprocs"], g["mean"], yerr=g["std"].fillna(0), fmt="o-" if v != "raw" else "o:",
                     capsize=2, color=VARIANT_COLORS[v], label=label(v), lw=1.6 if v != "raw" else 1.2)
-    _pow2_ticks(ax, summary["nprocs"])
+    _pow2_ticks(ax, d["nprocs"])
     ax.set_yscale("log")
     ax.set_xlabel("number of processes")
     ax.set_ylabel(ylabel)
@@ -420,9 +472,9 @@ def scaling(summary: pd.DataFrame, meta: dict | None = None, metric: str = "tota
     return fig
 
 
-def speedup_table(summary: pd.DataFrame, metric: str = "total_s") -> pd.DataFrame:
-    """Speedup of each variant over LMDB per process count (rows variants, columns processes)."""
-    m = summary.groupby(["variant", "nprocs"])[metric].mean().unstack("nprocs")
+def speedup_table(summary: pd.DataFrame, metric: str = "wall_s") -> pd.DataFrame:
+    """Speedup of each variant over LMDB per process count: LMDB's time / the variant's."""
+    m = _ok(summary).groupby(["variant", "nprocs"])[metric].mean().unstack("nprocs")
     if "lmdb" not in m.index:
         raise ValueError("speedup_table needs the 'lmdb' variant in the summary")
     sp = m.loc["lmdb"] / m
@@ -433,18 +485,18 @@ def speedup_table(summary: pd.DataFrame, metric: str = "total_s") -> pd.DataFram
 
 
 def training(summary: pd.DataFrame, meta: dict | None = None):
-    """Emulated training: time split into compute and I/O per variant and processes, and AU."""
-    d = summary.groupby(["variant", "nprocs"], as_index=False)[["total_s", "compute_s", "au"]].mean()
+    """Emulated training: time split into compute and the rest per variant and processes, and AU."""
+    d = _ok(summary).groupby(["variant", "nprocs"], as_index=False)[["wall_s", "compute_s", "au"]].mean()
     variants = [v for v in VARIANTS if v in set(d["variant"])]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10.5, 4))
     ps = sorted(d["nprocs"].unique())
     w = 0.8 / max(1, len(variants))
     for i, v in enumerate(variants):
         g = d[d["variant"] == v].set_index("nprocs").reindex(ps)
         x = np.arange(len(ps)) + (i - (len(variants) - 1) / 2) * w
         c = VARIANT_COLORS[v]
-        a1.bar(x, g["compute_s"], w, color=c, alpha=0.45, edgecolor=c)
-        a1.bar(x, g["total_s"] - g["compute_s"], w, bottom=g["compute_s"], color=c, label=label(v))
+        a1.bar(x, g["compute_s"], w, color=c, alpha=0.35, edgecolor=c)
+        a1.bar(x, g["wall_s"] - g["compute_s"], w, bottom=g["compute_s"], color=c, label=label(v))
         a2.plot(ps, g["au"] * 100, "o-", color=c, label=label(v))
     a1.set_xticks(np.arange(len(ps)), [str(p) for p in ps])
     a1.set_xlabel("processes")
@@ -454,6 +506,7 @@ def training(summary: pd.DataFrame, meta: dict | None = None):
     a2.set_xlabel("processes")
     a2.set_ylabel("accelerator utilization AU (%)")
     a2.set_ylim(0, 105)
+    a2.legend(fontsize=8)
     _title(fig, "Emulated end-to-end training", meta)
     fig.tight_layout()
     return fig

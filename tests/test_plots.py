@@ -1,0 +1,130 @@
+"""lmdbio.plots: one style, a fixed colour per variant, every figure kind from tidy tables."""
+
+from __future__ import annotations
+
+import itertools
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import lmdbio
+from lmdbio import plots
+
+META = {"host": {"hostname": "testhost", "cores": 2}, "config": {"scale": "tiny"}}
+PROCS = (1, 2, 4)
+
+
+@pytest.fixture(autouse=True)
+def _close():
+    plots.setup()
+    yield
+    matplotlib.pyplot.close("all")
+
+
+def test_variants_match_the_library_and_have_fixed_distinct_colours():
+    assert plots.VARIANTS == lmdbio.VARIANTS
+    colours = [plots.VARIANT_COLORS[v] for v in (*lmdbio.VARIANTS, "raw")]
+    assert len(set(colours)) == len(colours)
+    assert plots.label("lmdbio-lmm-dio") == "LMDBIO-LMM-DIO"
+
+
+def test_subtitle_names_machine_and_scale():
+    assert plots.subtitle(META) == "testhost: 2 cores, local disk, scale tiny"
+    assert "local disk" in plots.subtitle({"host": "h", "cores": 4})
+
+
+def _summary(variants=lmdbio.VARIANTS + ("raw",), repeats=2):
+    rng = np.random.default_rng(0)
+    rows = []
+    for v, p, r in itertools.product(variants, PROCS, range(repeats)):
+        wall = (1 + variants.index(v)) ** -0.5 * p ** (0.3 if v == "lmdb" else -0.2) * (1 + 0.05 * rng.random())
+        rows.append(dict(variant=v, nprocs=p, cache="cold", repeat=r, status="ok", iters=4, wall_s=wall,
+                         records_per_s=1000 / wall, read_s=0.6 * wall, wait_s=0.1 * wall,
+                         comm_s=0.05 * wall, compute_s=0.25 * wall, au=0.25, batch_size=64))
+    return pd.DataFrame(rows)
+
+
+def _points(variants=("lmdb", "lmdbio-lmm-dio")):
+    rows = []
+    for v, p, r in itertools.product(variants, PROCS, range(2)):
+        for rank in range(p):
+            base = dict(variant=v, nprocs=p, repeat=r, rank=rank, status="ok", iters=4, batch_size=64,
+                        cache="cold", is_reader=rank == 0)
+            rows.append({**base, "level": "step", "phase": "total", "sleep_s": 0.01 * p, "vcsw": 10 * p,
+                         "ivcsw": 2 * p, "wall_s": 0.1})
+            rows.append({**base, "level": "reader", "phase": "locate", "records_walked": 64 * 4,
+                         "wall_s": 0.001 * p, "minflt": 5, "majflt": 1, "calls": 0, "bytes": 0})
+            mmap = v == "lmdb"
+            rows.append({**base, "level": "reader", "phase": "read", "wall_s": 0.01,
+                         "minflt": 200 if mmap else 0, "majflt": 20 if mmap else 0,
+                         "calls": 0 if mmap else 4, "bytes": 800_000})
+            rows.append({**base, "level": "setup", "phase": "setup", "wall_s": 0.02})
+    return pd.DataFrame(rows)
+
+
+def test_speedup_table_is_lmdb_time_over_variant_time():
+    s = _summary()
+    t = plots.speedup_table(s)
+    assert list(t.index)[0] == "LMDB" and (t.loc["LMDB"] == 1).all()
+    want = (s[s.variant == "lmdb"].groupby("nprocs").wall_s.mean()
+            / s[s.variant == "lmdbio-lmm"].groupby("nprocs").wall_s.mean())
+    assert np.allclose(t.loc["LMDBIO-LMM"].to_numpy(), want.round(2).to_numpy())
+    with pytest.raises(ValueError, match="lmdb"):
+        plots.speedup_table(s[s.variant != "lmdb"])
+
+
+def test_per_iteration_divides_by_iterations_and_sums_ranks():
+    m = plots.per_iteration(_points(), "reader", ["locate"], ["records_walked"])
+    row = m[(m.variant == "lmdb") & (m.nprocs == 4)].iloc[0]
+    assert row["records_walked"] == 64
+    assert row["records_walked_sum"] == 64 * 4
+
+
+def test_every_figure_kind_saves_png_and_svg(tmp_path):
+    s, pts = _summary(), _points()
+    pages = pd.DataFrame({"dataset": "d", "pgno": range(300),
+                          "type": ["meta"] * 2 + ["leaf"] + ["overflow"] * 290 + ["free"] * 7})
+    records = pd.DataFrame({"dataset": "d", "size": np.full(100, 3083)})
+    shm = pd.DataFrame({"rank": [0, 1], "node_size": 2, "all_slices_visible": True,
+                        "copy_gb_per_s": [1.0, 1.1]})
+    model = pd.DataFrame({"dataset": "d", "record": range(50), "true_offset": np.arange(50) * 4096,
+                          "model_offset": np.arange(50) * 4096, "model_single_txn_offset": np.arange(50) * 4096,
+                          "commit_every": 20})
+    tl = pd.DataFrame([dict(variant=v, nprocs=2, rank=r, batch=b, phase=ph, is_reader=True,
+                            t_start=b + r * 0.1 + (0.05 if ph == "read" else 0),
+                            t_end=b + r * 0.1 + (0.09 if ph == "read" else 0.05), wall_s_total=4.0,
+                            iters=4, coalesce_bytes=c, record_bytes=4e6, cache="cold")
+                       for v, c in (("lmdbio-lmm-dio-prov", 0), ("lmdbio-lmm-dio-prov-coal", 1 << 20),
+                                    ("lmdbio-lmm-dio-prov-coal-stag", 1 << 22))
+                       for r in range(2) for b in range(4) for ph in ("read", "stagger_wait")])
+    mech = plots.per_iteration(pts, "step", ["total"], ["vcsw"])
+    figures = {
+        "env": plots.environment(shm, META),
+        "pages": plots.page_map(pages, META),
+        "sizes": plots.record_sizes(records, META),
+        "breakdown": plots.time_breakdown(s[s.variant == "lmdb"], META),
+        "contention": plots.contention(pts, META),
+        "seek": plots.seek_cost(pts, META),
+        "requests": plots.io_requests(pts, META),
+        "opt": plots.optimization(s, ["lmdb", "lmdbio-lmm"], mech, META, mech_col="vcsw_sum"),
+        "prov": plots.prov_model(model, META),
+        "coal": plots.coalescing(tl, META),
+        "timelines": plots.timelines(tl, META),
+        "scaling": plots.scaling(s, META),
+        "training": plots.training(s[s.variant.isin(["lmdb", lmdbio.VARIANTS[-1]])], META),
+    }
+    for name, fig in figures.items():
+        assert "testhost: 2 cores" in fig._suptitle.get_text(), name
+        png, svg = plots.save(fig, f"t_{name}", tmp_path)
+        assert png.stat().st_size > 1000 and svg.stat().st_size > 1000
+
+
+def test_load_names_the_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="RUN=True"):
+        plots.load(tmp_path, "summary.csv")
+    assert plots.machine(tmp_path) == {}
