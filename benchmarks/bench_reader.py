@@ -18,6 +18,7 @@ p.add_argument("--batch-size", type=int, default=256)
 p.add_argument("--iters", type=int, default=100)
 p.add_argument("--variants", default=",".join(lmdbio.VARIANTS))
 p.add_argument("--ranks-per-node", type=int, default=None)
+p.add_argument("--readers-per-node", type=int, default=1)
 p.add_argument("--no-measure", action="store_true")
 p.add_argument("--repeats", type=int, default=1)
 a = p.parse_args()
@@ -25,6 +26,7 @@ comm = MPI.COMM_WORLD
 for rep in range(a.repeats):
     for v in a.variants.split(","):
         with lmdbio.Reader(a.db, a.batch_size, comm, variant=v, ranks_per_node=a.ranks_per_node,
+                           readers_per_node=a.readers_per_node,
                            measure=not a.no_measure) as r:
             r.read_batch()
             comm.Barrier()

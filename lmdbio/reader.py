@@ -166,6 +166,7 @@ class Reader:
         self.variant = self.options.name
         self.batch_size = int(batch_size)
         self.per_rank = self.batch_size // self.nprocs
+        self._arange = np.arange(self.per_rank, dtype=np.int64)
 
         self.topology = (
             make_topology(comm, ranks_per_node, readers_per_node) if self.options.localized else None)
@@ -340,8 +341,7 @@ class Reader:
                 buf[o:o + s] = v
             row["bytes"] = int(sizes.sum())
             row["calls"] = len(values)
-        idx = (first + np.arange(self.per_rank, dtype=np.int64)) % self.n
-        return Batch(buf, offsets, sizes, idx)
+        return Batch(buf, offsets, sizes, self._indices(first))
 
     def _read_localized(self, t: int) -> Batch:
         k = self.coalesce
@@ -355,11 +355,17 @@ class Reader:
                     gb.receive(chunk)
         data, offs, sizes = gb.current(chunk)
         lo = it * self.group_records + self.member * self.per_rank
-        offs = np.array(offs[lo:lo + self.per_rank])
-        sizes = np.array(sizes[lo:lo + self.per_rank])
+        # Copies: the header slot is rewritten when the slot comes round again.
+        offs = offs[lo:lo + self.per_rank].copy()
+        sizes = sizes[lo:lo + self.per_rank].copy()
         first = t * self.batch_size + self.group_first + self.member * self.per_rank
-        idx = (first + np.arange(self.per_rank, dtype=np.int64)) % self.n
-        return Batch(data, offs, sizes, idx)
+        return Batch(data, offs, sizes, self._indices(first))
+
+    def _indices(self, first: int) -> np.ndarray:
+        idx = self._arange + first
+        if first % self.n + self.per_rank > self.n or first >= self.n:
+            idx %= self.n
+        return idx
 
     def _chunk_runs(self, chunk: int) -> list[tuple[int, int]]:
         """(first, count) runs of the group's records for the batches of one chunk."""
@@ -377,9 +383,9 @@ class Reader:
         if o.fetch == "mmap":
             values = self._locate_mmap(t)
             if self._stagger:
-                with self.rec.phase("stagger_wait", t):
+                with self.rec.phase("stagger_wait", t, chain=True):
                     self._stagger.wait_turn()
-            with self.rec.phase("read", t) as row:
+            with self.rec.phase("read", t, chain=True) as row:
                 sizes = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
                 offsets = np.zeros(len(values), dtype=np.int64)
                 np.cumsum(sizes[:-1], out=offsets[1:])
@@ -395,16 +401,16 @@ class Reader:
                 ext_start, ext_len, buf_off = plan_extents(rec_off, rec_size)
                 row["extents"] = len(ext_start)
             if self._stagger:
-                with self.rec.phase("stagger_wait", t):
+                with self.rec.phase("stagger_wait", t, chain=True):
                     self._stagger.wait_turn()
-            with self.rec.phase("read", t) as row:
+            with self.rec.phase("read", t, chain=True) as row:
                 buf = gb.reserve(chunk, int(ext_len.sum()))
                 row["bytes"], row["calls"] = read_extents(self._fd, buf, ext_start, ext_len,
                                                           str(self.path))
             offsets, sizes = buf_off, rec_size
         if self._stagger:
             self._stagger.pass_turn()
-        with self.rec.phase("distribute", t):
+        with self.rec.phase("distribute", t, chain=True):
             gb.publish(chunk, offsets, sizes)
 
     def _locate_extents(self, chunk: int) -> tuple[np.ndarray, np.ndarray]:

@@ -20,7 +20,7 @@ import numpy as np
 
 __all__ = ["wait_until", "wait_request", "wait_word", "wake_word", "HAVE_FUTEX"]
 
-_SPINS = 64          # cheap checks before the first sleep
+_SPINS = 8           # cheap checks before the first sleep
 _FIRST_SLEEP = 20e-6
 _MAX_SLEEP = 1e-3
 

@@ -82,7 +82,8 @@ def write(name: str, cells: list) -> Path:
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (lmdbio venv)",
                                  "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
-    for c in nb.cells:
+    for i, c in enumerate(nb.cells):
+        c.id = f"{name[:2]}-{i:02d}"   # stable ids: regenerating changes only what changed
         if c.cell_type == "code":
             c.outputs, c.execution_count = [], None
     path = HERE / f"{name}.ipynb"
@@ -266,7 +267,7 @@ NOTEBOOKS["01_datasets"] = [
 BENCH_SCALES = '''{
     "tiny": {"n_engines": 2, "procs": [1, 2], "iters": 3, "repeats": 1,
              "datasets": {"cifar10": ("cifar10", 512), "imagenet": ("imagenet", 48)}},
-    "default": {"n_engines": 8, "procs": [1, 2, 4, 8], "iters": 16, "repeats": 2,
+    "default": {"n_engines": 8, "procs": [1, 2, 4, 8], "iters": 32, "repeats": 3,
                 "datasets": {"cifar10": ("cifar10", 60000), "imagenet": ("imagenet", 2000)}},
     "large": {"n_engines": 72, "procs": [1, 2, 4, 8, 16, 36, 72], "iters": 64, "repeats": 3,
               "datasets": {"cifar10": ("cifar10", 1_000_000), "imagenet": ("imagenet", 100_000)}},
