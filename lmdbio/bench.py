@@ -65,6 +65,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .emulation import TrainingEmulator, parse_compute_time, parse_model_bytes
+from .waiting import polite_barrier
 
 __all__ = [
     "RAW", "POINT_KEYS", "SUMMARY_COLUMNS", "variant_names", "run_point", "summarize",
@@ -105,21 +106,6 @@ def variant_names() -> tuple[str, ...]:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _polite_barrier(comm, first: float = 5e-5, longest: float = 1e-3) -> None:
-    """A barrier that sleeps while it waits (MPICH's blocking barrier spins).
-
-    The sleep doubles from ``first`` to ``longest``: many waiting ranks on an
-    oversubscribed node then cost a few thousand wakeups a second, not a core.
-    """
-    if comm.size == 1:
-        return
-    req = comm.Ibarrier()
-    nap = first
-    while not req.Test():
-        time.sleep(nap)
-        nap = min(2 * nap, longest)
 
 
 def _page_mask(offsets: np.ndarray, sizes: np.ndarray, npages: int) -> np.ndarray:
@@ -182,7 +168,7 @@ def _prepare_cache(comm, path: Path, cache: str, offsets: np.ndarray, sizes: np.
 
     node = _node_comm(comm)
     try:
-        _polite_barrier(comm)  # nobody is still reading the warmup batches
+        polite_barrier(comm)  # nobody is still reading the warmup batches
         res = file_res = 0.0
         if node.rank == 0:
             offs, szs = offsets[positions], sizes[positions]
@@ -200,7 +186,7 @@ def _prepare_cache(comm, path: Path, cache: str, offsets: np.ndarray, sizes: np.
             file_res = file_res if node.rank == 0 else 1.0
         res = comm.allreduce(res, op=op)
         file_res = comm.allreduce(file_res, op=op)
-        _polite_barrier(comm)
+        polite_barrier(comm)
     finally:
         node.Free()
     return res, file_res
@@ -414,7 +400,7 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
 
         io_s = compute_s = comm_s = 0.0
         records = nbytes = 0
-        _polite_barrier(comm)
+        polite_barrier(comm)
         io0, r0 = metrics.proc_io(), metrics.rusage_snapshot()
         t0 = time.monotonic()
         for _ in range(iters):
@@ -428,7 +414,7 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
             comm_s += m
         t_loop = time.monotonic()
         r1, io1 = metrics.rusage_snapshot(), metrics.proc_io()
-        _polite_barrier(comm)
+        polite_barrier(comm)
         t1 = time.monotonic()
 
         if variant == RAW:

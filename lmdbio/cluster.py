@@ -546,12 +546,8 @@ def _run_points(comm, points: list[dict]) -> list[dict]:
     return rows
 
 
-def sweep(cluster: "MPICluster", points: list[dict], *, progress: bool = True) -> list[dict]:
-    """Run :func:`lmdbio.bench.run_point` for each point dict (which holds ``nprocs``) on the engines.
-
-    Points with the same ``nprocs`` run in one call on one sub-communicator,
-    in the order given. Returns every point's rows (rank 0's gathered rows).
-    """
+def _by_nprocs(cluster: "MPICluster", func, points: list[dict], progress: bool) -> list[dict]:
+    """Run ``func(comm, points)`` once per process count, on that many engines."""
     by_p: dict[int, list[dict]] = {}
     for p in points:
         q = dict(p)
@@ -559,20 +555,22 @@ def sweep(cluster: "MPICluster", points: list[dict], *, progress: bool = True) -
     rows: list[dict] = []
     for nprocs, pts in by_p.items():
         t0 = time.monotonic()
-        rows.extend(cluster.run_root(_run_points, nprocs, pts))
+        rows.extend(cluster.run_root(func, nprocs, pts))
         if progress:
             print(f"P={nprocs}: {len(pts)} points in {time.monotonic() - t0:.1f} s", flush=True)
     return rows
 
 
+def sweep(cluster: "MPICluster", points: list[dict], *, progress: bool = True) -> list[dict]:
+    """Run :func:`lmdbio.bench.run_point` for each point dict (which holds ``nprocs``) on the engines.
+
+    Points with the same ``nprocs`` run in one call on one sub-communicator,
+    in the order given. Returns every point's rows (rank 0's gathered rows).
+    """
+    return _by_nprocs(cluster, _run_points, points, progress)
+
+
 # --- engine-side experiments the bench does not cover -------------------------------------------
-
-def _polite_barrier(comm, interval: float = 2e-4) -> None:
-    # MPICH's blocking barrier spins; on an oversubscribed node spinning ranks steal the readers' cores.
-    req = comm.Ibarrier()
-    while not req.Test():
-        time.sleep(interval)
-
 
 def reader_timeline(comm, dataset, variant: str, batch_size: int, iters: int, *, cache: str = "cold",
                     warmup: int = 1, ranks_per_node: int | None = None, readers_per_node: int = 1,
@@ -592,6 +590,7 @@ def reader_timeline(comm, dataset, variant: str, batch_size: int, iters: int, *,
     from . import metrics
     from .format import db_file
     from .reader import Reader
+    from .waiting import polite_barrier
 
     path = db_file(dataset)
     with Reader(dataset, batch_size, comm, variant, ranks_per_node, readers_per_node,
@@ -605,14 +604,14 @@ def reader_timeline(comm, dataset, variant: str, batch_size: int, iters: int, *,
                 metrics.evict(path)
                 resident = metrics.residency(path)
             node.Free()
-        _polite_barrier(comm)
+        polite_barrier(comm)
         t0 = time.monotonic()
         records = nbytes = 0
         for _ in range(iters):
             b = reader.read_batch()
             records += len(b)
             nbytes += b.nbytes
-        _polite_barrier(comm)
+        polite_barrier(comm)
         wall = time.monotonic() - t0
         rows = [dict(r) for r in reader.stats() if r.get("phase") != "setup"
                 and warmup <= int(r.get("batch", -1)) < warmup + iters]
@@ -646,17 +645,7 @@ def _timelines(comm, points: list[dict]) -> list[dict]:
 
 def sweep_timelines(cluster: "MPICluster", points: list[dict], *, progress: bool = True) -> list[dict]:
     """:func:`reader_timeline` for each point dict (holding ``nprocs``), like :func:`sweep`."""
-    by_p: dict[int, list[dict]] = {}
-    for p in points:
-        q = dict(p)
-        by_p.setdefault(int(q.pop("nprocs")), []).append(q)
-    rows: list[dict] = []
-    for nprocs, pts in by_p.items():
-        t0 = time.monotonic()
-        rows.extend(cluster.run_root(_timelines, nprocs, pts))
-        if progress:
-            print(f"P={nprocs}: {len(pts)} points in {time.monotonic() - t0:.1f} s", flush=True)
-    return rows
+    return _by_nprocs(cluster, _timelines, points, progress)
 
 
 def prov_model_table(path: str | os.PathLike, commit_every: int | None = 1000):

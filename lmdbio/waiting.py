@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["wait_until", "wait_request", "wait_word", "wake_word", "HAVE_FUTEX"]
+__all__ = ["wait_until", "wait_request", "polite_barrier", "wait_word", "wake_word", "HAVE_FUTEX"]
 
 _SPINS = 8           # cheap checks before the first sleep
 _FIRST_SLEEP = 20e-6
@@ -111,3 +111,9 @@ def wait_request(req):
 
     wait_until(done)
     return result[0]
+
+
+def polite_barrier(comm) -> None:
+    """A barrier that sleeps while it waits (MPICH's blocking barrier spins)."""
+    if comm.size > 1:
+        wait_request(comm.Ibarrier())
