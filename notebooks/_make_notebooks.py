@@ -614,7 +614,7 @@ NOTEBOOKS["07_coal"] = [
     params(BENCH_PARAMS + '''coalesce_sizes = None   # request targets in bytes'''),
     code(SETUP.replace("EXTRA", "from lmdbio.cluster import sweep_timelines")),
     resolve(BENCH_SCALES.replace('"iters": 3,', '"iters": 8, "coalesce_sizes": [1 << 16, 1 << 18],')
-            .replace('"iters": 16,', '"iters": 32, "coalesce_sizes": [1 << 18, 1 << 20, 1 << 22, 1 << 24],')
+            .replace('"iters": 32,', '"iters": 48, "coalesce_sizes": [1 << 18, 1 << 20, 1 << 22, 1 << 24],')
             .replace('"iters": 64,', '"iters": 128, "coalesce_sizes": [1 << 20, 1 << 22, 1 << 24, 1 << 26],'),
             "07_coal", BENCH_KEYS + ", coalesce_sizes=coalesce_sizes"),
     datasets_cell(),
@@ -677,7 +677,7 @@ NOTEBOOKS["08_stag"] = [
     params(BENCH_PARAMS + '''stagger_size = None   # readers per stagger group (None: the scale's)'''),
     code(SETUP.replace("EXTRA", "from lmdbio.cluster import sweep_timelines")),
     resolve(BENCH_SCALES.replace('"iters": 3,', '"iters": 4, "stagger_size": 1,')
-            .replace('"iters": 16,', '"iters": 12, "stagger_size": 2,')
+            .replace('"iters": 32,', '"iters": 24, "stagger_size": 2,')
             .replace('"iters": 64,', '"iters": 32, "stagger_size": 8,'),
             "08_stag", BENCH_KEYS + ", stagger_size=stagger_size"),
     datasets_cell(),
