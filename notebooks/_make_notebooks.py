@@ -786,34 +786,35 @@ NOTEBOOKS["10_training"] = [
     '''),
 ]
 
-NOISE = ("The committed default-scale results were measured on a 2-core VM with a local virtual disk, "
-         "while another benchmark shared the same cores; every point reads for only tens of "
-         "milliseconds, so run-to-run noise is large (see the error bars). Rerun `make reproduce` on a "
-         "quiet machine before reading small differences.")
+NOISE = ("The committed default-scale results were measured on an otherwise idle 2-core VM with a "
+         "local virtual disk (`make reproduce`); every point reads for only tens of milliseconds, so "
+         "run-to-run noise is large (see the error bars). The numbers quoted here are those of the "
+         "committed run; a rerun moves them, so read the directions and ratios, not the digits.")
 
 CONCLUSIONS = {
     "CONCLUSION_02": """
-    - **Time breakdown.** Reading takes 24% of an iteration at P=1 and 7-19% at P=2..8 here, not the
+    - **Time breakdown.** Reading takes 38% of an iteration at P=1 and 15-23% at P=2..8 here, not the
       papers' up to 90%: a cold read from this local disk is fast, there is no parallel file system,
       and with 8 processes on 2 cores the emulated 1 MB allreduce dominates. The papers' share needs
       their storage and scale; this machine cannot show it.
     - **Problem 1.** Sleep time and involuntary context switches grow steeply with processes per
-      node (about 4,000 switches per iteration at P=8 for LMDB against about 1,000 for
-      LMDBIO-LMM-DIO). Here that growth is mostly oversubscription (8 processes, 2 cores), so it
+      node, and more for LMDB than for LMDBIO-LMM-DIO (the figure has this run's counts). Here
+      that growth is mostly oversubscription (8 processes, 2 cores), so it
       agrees with the papers' direction but is not a clean measure of mmap's wake-ups.
     - **Problem 2.** Exactly as the papers say: every LMDB rank walks the whole global batch (256
       records) every iteration to keep B/P of them, P times more than it needs. The walk costs a
       fraction of a millisecond with a warm cache at this size; it matters at the papers' scale.
-    - **Problem 3.** LMDB's data arrives in about 50 (P=1) to 300 (P=8) page faults per iteration of
-      100 KiB down to 20 KiB each, while direct I/O reads the same bytes in one request per
-      iteration of about 6 MiB: the papers' point, clearly visible here.
+    - **Problem 3.** LMDB's data arrives in tens to hundreds of page faults per iteration, each
+      bringing in tens of KiB (kernel readahead), while direct I/O reads the same bytes in one
+      request per iteration of about 6 MiB: the papers' point, clearly visible here.
 
     """ + NOISE,
     "CONCLUSION_03": """
-    LMM cuts the voluntary context switches of the timed loop (about 14 for LMDB vs 10 for LMM per
-    iteration over all ranks at P=8), as the paper's problem 1 predicts. Its throughput gain is not
-    visible on one 2-core node: LMDB with a warm cache is faster (every rank copies from the page
-    cache in parallel), and with a cold cache the two are within the noise, LMM ahead only at P=8.
+    LMM cuts the context switches of the timed loop relative to LMDB, as the paper's problem 1
+    predicts (see the table above for this run's counts). Its throughput gain is not visible on
+    one 2-core node: LMDB with a warm cache is faster (every rank copies from the page cache in
+    parallel on both cores while one LMM reader copies for all), and with a cold cache the two are
+    close (LMM 1.1x at P=1, 0.7-0.8x at P=2..8 in the committed run).
     The paper's 20x came from many nodes of 36 cores on a parallel file system, where one reader
     per node removes real contention; a single node with a local disk cannot show it.
 
@@ -829,13 +830,13 @@ CONCLUSIONS = {
     "CONCLUSION_05": """
     The request count is the paper's problem 3 made visible: the mmap variants take about 300 page
     faults per iteration over all ranks (cold), DIO issues one `pread` per iteration for the same
-    bytes. DIO is also the fastest of the three cold at P=1 and P=2 and warm almost everywhere;
-    at P=4..8 the three are within the noise of this oversubscribed machine.
+    bytes. DIO is the fastest of the three at P=1 (about 1.3x LMDB cold in the committed run) and
+    close to LMDB at P=2..8 (0.9-1.05x), where one reader competes for 2 cores with the others.
 
     """ + NOISE,
     "CONCLUSION_06": """
-    PROV removes the index pass: the slowest reader's setup falls from about 115 ms to 30 ms at P=8
-    (13 to 2 ms at P=1). The per-iteration throughput is the same as DIO's, as expected, since both
+    PROV removes the index pass: the slowest reader's setup falls from about 95 ms to 20 ms at P=8
+    (11 to 3 ms at P=1). The per-iteration throughput is about DIO's, as expected, since both
     then issue the same reads. The second figure shows where the paper's purely arithmetic model
     breaks: it is exact for ImageNet-size records here and for any single-transaction write, but
     with a commit every 1,000 records LMDB's reuse of freed pages differs from the model, and for
@@ -844,9 +845,10 @@ CONCLUSIONS = {
 
     """ + NOISE,
     "CONCLUSION_07": """
-    Coalescing does not raise throughput here: at P=1 and P=2 the best point is the smallest
-    request target and larger targets lose a little (one reader copies more at once while the other
-    ranks wait); the lines are noisy at P=4 and P=8. The paper's gain comes from parallel file
+    Coalescing does not raise throughput consistently here: a 1 MiB target helps at P=1 in the
+    committed run, but 16 MiB requests are slower at every P (one reader copies more at once while
+    the other ranks wait), and at P=2..8 the lines are flat within the noise. The paper's gain
+    comes from parallel file
     systems that serve MiB-sized requests far better than small ones; a local disk with kernel
     readahead already serves 0.8 MB requests at its speed, so this machine cannot show problem 4.
 
@@ -854,26 +856,28 @@ CONCLUSIONS = {
     "CONCLUSION_08": """
     The timelines show the mechanism exactly: without STAG all 8 readers read at once; with groups
     of 2 only one group reads at a time and the others wait (orange). On this machine staggering
-    makes the run slightly slower (0.27 s vs 0.24 s for 12 iterations), because a local disk and 2
+    makes the run slower (0.19 s vs 0.13 s for 24 iterations in the committed run), because a local
+    disk and 2
     cores suffer little from 8 concurrent readers. The paper's benefit needs a shared parallel file
     system under many nodes; here the effect cannot appear.
 
     """ + NOISE,
     "CONCLUSION_09": """
     The poster's headline shape (LMDB's time growing with processes, the full LMDBIO stack 65-77x
-    faster) does **not** appear on this machine. All eight lines lie within a factor of about 5 of
-    each other and cross repeatedly; the speedup table ranges from 0.15 to 3.8, with the clearest
-    gains at P=4 and P=8 (LMDBIO-LMM-DIO 3.8x and 2.1x). The `raw` pread limit is within 1-3x of
-    every variant. With 60,000 small records on a local disk, 16 iterations take 20-150 ms in
+    faster) does **not** appear on this machine. All eight lines lie within a factor of about 2 of
+    each other; in the committed run the speedup table ranges from 0.56 to 1.28 (the full stack
+    0.75-1.04), and even the `raw` pread limit, which does no LMDB work and no distribution, is
+    only 1.0-1.4x LMDB. With 60,000 small records on a local disk, 32 iterations take 30-70 ms in
     total, so start-up effects and the noise of 8 processes on 2 shared cores dominate. The
     figure shows the method and the plumbing; the papers' effect needs their storage and scale.
 
     """ + NOISE,
     "CONCLUSION_10": """
-    With AlexNet-rate compute, AU is 0.90 (LMDB) and 0.75 (LMDBIO) at P=1 and falls to 0.10 and
-    0.07 at P=8 for both: on 2 cores, more processes mean less compute per process (the global
-    batch is split) while reading, synchronizing and the allreduce do not shrink. LMDBIO does not
-    raise AU here (the two are within the noise). The papers' claim that LMDBIO turns an I/O-bound
+    With AlexNet-rate compute, AU is about 0.75 for both at P=1 and falls to about 0.1 at P=8: on
+    2 cores, more processes mean less compute per process (the global batch is split) while
+    reading, synchronizing and the allreduce do not shrink. LMDBIO does not raise AU here; at
+    P=2..4 it is lower than LMDB's in the committed run (one reader serves ranks that share its two
+    cores). The papers' claim that LMDBIO turns an I/O-bound
     run into a compute-bound one at scale cannot be tested on one 2-core machine.
 
     """ + NOISE,
