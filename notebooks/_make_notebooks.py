@@ -9,6 +9,7 @@ here, regenerate, commit both.
 
 from __future__ import annotations
 
+import pprint
 import textwrap
 from pathlib import Path
 
@@ -264,14 +265,20 @@ NOTEBOOKS["01_datasets"] = [
 # ------------------------------------------------------------------ the bench-based notebooks
 # Engines, process counts, iterations and repeats per scale. Every batch size
 # is a multiple of every process count of its scale.
-BENCH_SCALES = '''{
+BENCH_SCALES = {
     "tiny": {"n_engines": 2, "procs": [1, 2], "iters": 3, "repeats": 1,
              "datasets": {"cifar10": ("cifar10", 512), "imagenet": ("imagenet", 48)}},
     "default": {"n_engines": 8, "procs": [1, 2, 4, 8], "iters": 32, "repeats": 3,
                 "datasets": {"cifar10": ("cifar10", 60000), "imagenet": ("imagenet", 2000)}},
     "large": {"n_engines": 72, "procs": [1, 2, 4, 8, 16, 36, 72], "iters": 64, "repeats": 3,
               "datasets": {"cifar10": ("cifar10", 1_000_000), "imagenet": ("imagenet", 100_000)}},
-}'''
+}
+
+
+def scales(**per_scale: dict) -> str:
+    """BENCH_SCALES with per-scale overrides, as the source of a dict literal."""
+    out = {k: {**v, **per_scale.get(k, {})} for k, v in BENCH_SCALES.items()}
+    return pprint.pformat(out, width=100, sort_dicts=False)
 
 BENCH_PARAMS = '''
 n_engines = None    # None: the scale's default (tiny 2, default 8, large 72)
@@ -287,7 +294,7 @@ BENCH_SETUP = SETUP.replace("EXTRA", "from lmdbio.bench import write_results\nfr
 
 
 def bench_head(name: str):
-    return [params(BENCH_PARAMS), code(BENCH_SETUP), resolve(BENCH_SCALES, name, BENCH_KEYS),
+    return [params(BENCH_PARAMS), code(BENCH_SETUP), resolve(scales(), name, BENCH_KEYS),
             datasets_cell(), code('''
     ds = {s["path"].rsplit("/", 1)[-1]: s["path"] for s in specs}
     P = cfg["procs"]
@@ -613,9 +620,9 @@ NOTEBOOKS["07_coal"] = [
     '''),
     params(BENCH_PARAMS + '''coalesce_sizes = None   # request targets in bytes'''),
     code(SETUP.replace("EXTRA", "from lmdbio.cluster import sweep_timelines")),
-    resolve(BENCH_SCALES.replace('"iters": 3,', '"iters": 8, "coalesce_sizes": [1 << 16, 1 << 18],')
-            .replace('"iters": 32,', '"iters": 48, "coalesce_sizes": [1 << 18, 1 << 20, 1 << 22, 1 << 24],')
-            .replace('"iters": 64,', '"iters": 128, "coalesce_sizes": [1 << 20, 1 << 22, 1 << 24, 1 << 26],'),
+    resolve(scales(tiny=dict(iters=8, coalesce_sizes=[1 << 16, 1 << 18]),
+                   default=dict(iters=48, coalesce_sizes=[1 << 18, 1 << 20, 1 << 22, 1 << 24]),
+                   large=dict(iters=128, coalesce_sizes=[1 << 20, 1 << 22, 1 << 24, 1 << 26])),
             "07_coal", BENCH_KEYS + ", coalesce_sizes=coalesce_sizes"),
     datasets_cell(),
     code('''
@@ -676,9 +683,8 @@ NOTEBOOKS["08_stag"] = [
     '''),
     params(BENCH_PARAMS + '''stagger_size = None   # readers per stagger group (None: the scale's)'''),
     code(SETUP.replace("EXTRA", "from lmdbio.cluster import sweep_timelines")),
-    resolve(BENCH_SCALES.replace('"iters": 3,', '"iters": 4, "stagger_size": 1,')
-            .replace('"iters": 32,', '"iters": 24, "stagger_size": 2,')
-            .replace('"iters": 64,', '"iters": 32, "stagger_size": 8,'),
+    resolve(scales(tiny=dict(iters=4, stagger_size=1), default=dict(iters=24, stagger_size=2),
+                   large=dict(iters=32, stagger_size=8)),
             "08_stag", BENCH_KEYS + ", stagger_size=stagger_size"),
     datasets_cell(),
     code('''

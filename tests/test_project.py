@@ -36,3 +36,26 @@ def test_committed_notebooks_have_no_outputs():
 def test_ci_runs_make_test_only():
     text = (ROOT / ".ci" / "run").read_text()
     assert "make test" in text
+
+
+def test_every_notebook_scale_defines_the_same_settings():
+    """A setting missing from one scale breaks that scale's run while the tiny test passes."""
+    import ast
+
+    checked = 0
+    for nb_path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        nb = json.loads(nb_path.read_text())
+        for cell in nb["cells"]:
+            src = "".join(cell["source"])
+            if cell["cell_type"] != "code" or "SCALES = " not in src:
+                continue
+            literal = src.split("SCALES = ", 1)[1].split("\ncfg =", 1)[0]
+            try:
+                scales = ast.literal_eval(literal)
+            except ValueError:
+                continue  # built by an expression, not a literal
+            assert set(scales) == {"tiny", "default", "large"}, nb_path.name
+            keys = {name: set(cfg) for name, cfg in scales.items()}
+            assert keys["tiny"] == keys["default"] == keys["large"], (nb_path.name, keys)
+            checked += 1
+    assert checked >= 9
