@@ -5,14 +5,13 @@ from __future__ import annotations
 import math
 import os
 import sys
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 from mpi4py import MPI
 
 from . import datum
-from .errors import ConfigurationError, LmdbioError
+from .errors import LmdbioError
 from .io import CursorWalker, Stagger, plan_extents, positions_runs, read_extents
 from .metrics import PhaseRecorder, totals_row, totals_snapshot
 from .options import Options, parse_variant

@@ -52,7 +52,8 @@ import pandas as pd
 from IPython.display import display
 
 from lmdbio import plots
-from lmdbio.cluster import MPICluster, ensure_datasets
+from lmdbio.cluster import MPICluster
+from lmdbio.experiments import ensure_datasets
 from lmdbio.notebook_runner import save_results
 EXTRA
 plots.setup()
@@ -148,7 +149,7 @@ NOTEBOOKS["00_environment"] = [
     node rank 0, lets every rank write its own slice and read all the others.
     '''),
     code('''
-    from lmdbio.cluster import check_shared_memory, engine_info
+    from lmdbio.experiments import check_shared_memory, engine_info
 
     if RUN:
         with MPICluster(n=cfg["n_engines"]) as cluster:
@@ -220,7 +221,7 @@ NOTEBOOKS["01_datasets"] = [
     root, every leaf page, every overflow run; what is left is free.
     '''),
     code('''
-    from lmdbio.cluster import describe_datasets
+    from lmdbio.experiments import describe_datasets
 
     if RUN:
         with MPICluster(n=1) as cluster:
@@ -290,7 +291,7 @@ datasets = None     # {name: (preset, records)}
 
 BENCH_KEYS = "n_engines=n_engines, procs=procs, iters=iters, repeats=repeats, datasets=datasets"
 
-BENCH_SETUP = SETUP.replace("EXTRA", "from lmdbio.bench import write_results\nfrom lmdbio.cluster import sweep")
+BENCH_SETUP = SETUP.replace("EXTRA", "from lmdbio.bench import write_results\nfrom lmdbio.experiments import sweep")
 
 
 def bench_head(name: str):
@@ -575,7 +576,7 @@ NOTEBOOKS["06_prov"] = opt_notebook(
         same model as if one transaction had written everything.
         '''),
         code('''
-        from lmdbio.cluster import prov_model_table
+        from lmdbio.experiments import prov_model_table
 
         if RUN:
             with MPICluster(n=1) as cluster:
@@ -613,13 +614,13 @@ NOTEBOOKS["07_coal"] = [
     COAL 4M:  it0: pread 3.2 MB (it0..it3)          | it1: memory | it2: memory | it3: memory
     ```
 
-    The runs below use `lmdbio.cluster.reader_timeline` (the Reader itself,
+    The runs below use `lmdbio.experiments.reader_timeline` (the Reader itself,
     per-batch rows), because the sweep varies `coalesce_bytes`. There is no
     warmup batch: the file is evicted right after the readers are built, and
     the first timed batch does the first coalesced read.
     '''),
     params(BENCH_PARAMS + '''coalesce_sizes = None   # request targets in bytes'''),
-    code(SETUP.replace("EXTRA", "from lmdbio.cluster import sweep_timelines")),
+    code(SETUP.replace("EXTRA", "from lmdbio.experiments import sweep_timelines")),
     resolve(scales(tiny=dict(iters=8, coalesce_sizes=[1 << 16, 1 << 18]),
                    default=dict(iters=48, coalesce_sizes=[1 << 18, 1 << 20, 1 << 22, 1 << 24]),
                    large=dict(iters=128, coalesce_sizes=[1 << 20, 1 << 22, 1 << 24, 1 << 26])),
@@ -682,7 +683,7 @@ NOTEBOOKS["08_stag"] = [
     the timelines are of the largest P, cold cache, ImageNet-size records.
     '''),
     params(BENCH_PARAMS + '''stagger_size = None   # readers per stagger group (None: the scale's)'''),
-    code(SETUP.replace("EXTRA", "from lmdbio.cluster import sweep_timelines")),
+    code(SETUP.replace("EXTRA", "from lmdbio.experiments import sweep_timelines")),
     resolve(scales(tiny=dict(iters=4, stagger_size=1), default=dict(iters=24, stagger_size=2),
                    large=dict(iters=32, stagger_size=8)),
             "08_stag", BENCH_KEYS + ", stagger_size=stagger_size"),

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from lmdbio import cluster as C
+from lmdbio import experiments as E
 from lmdbio.errors import ConfigurationError
 
 
@@ -67,7 +68,7 @@ def test_bad_arguments(kw):
 
 def test_run_needs_a_started_cluster():
     with pytest.raises(C.LmdbioError, match="not running"):
-        C.MPICluster(n=2).run(C.engine_info, 1)
+        C.MPICluster(n=2).run(E.engine_info, 1)
 
 
 # --- a real cluster of 2 MPI engines ---------------------------------------------------------------
@@ -111,10 +112,10 @@ def test_subcommunicators(cl):
 
 @pytest.mark.mpi
 def test_engine_info_and_shared_memory(cl):
-    info = cl.run(C.engine_info, 2)
+    info = cl.run(E.engine_info, 2)
     assert [i["rank"] for i in info] == [0, 1]
     assert all(i["size"] == 2 for i in info)
-    shm = cl.run(C.check_shared_memory, 2)
+    shm = cl.run(E.check_shared_memory, 2)
     assert all(s["all_slices_visible"] for s in shm)
     assert {s["node_size"] for s in shm} == {2}
 
@@ -129,25 +130,25 @@ def test_failure_on_every_rank_is_raised(cl):
 @pytest.mark.mpi
 def test_datasets_pages_and_timeline(cl, tmp_path):
     path = tmp_path / "c"
-    made = C.ensure_datasets(cl, [dict(path=str(path), preset="cifar10", records=300, commit_every=100)])
+    made = E.ensure_datasets(cl, [dict(path=str(path), preset="cifar10", records=300, commit_every=100)])
     assert made[0]["made"] and made[0]["records"] == 300
-    again = C.ensure_datasets(cl, [dict(path=str(path), preset="cifar10", records=300, commit_every=100)])
+    again = E.ensure_datasets(cl, [dict(path=str(path), preset="cifar10", records=300, commit_every=100)])
     assert not again[0]["made"]
     from lmdbio.format import read_meta
 
     meta = read_meta(path)
-    kinds = C.page_types(path)["type"].value_counts()
+    kinds = E.page_types(path)["type"].value_counts()
     assert kinds["leaf"] == meta.leaf_pages
     assert kinds["branch"] == meta.branch_pages
     assert kinds["overflow"] == meta.overflow_pages
     assert kinds["meta"] == 2
-    rows = cl.run_root(C._timelines, 2, [dict(dataset=str(path), variant="lmdbio-lmm-dio-prov",
+    rows = cl.run_root(E._timelines, 2, [dict(dataset=str(path), variant="lmdbio-lmm-dio-prov",
                                               batch_size=20, iters=3, warmup=0, cache="cold")])
     assert {r["rank"] for r in rows} == {0, 1}
     reads = [r for r in rows if r["phase"] == "read"]
     assert len(reads) == 3 and all(r["t_end"] >= r["t_start"] for r in reads)
     assert rows[0]["records"] == 60
-    table = C.prov_model_table(path, commit_every=100)
+    table = E.prov_model_table(path, commit_every=100)
     assert len(table) == 300 and (table["true_offset"] > 0).all()
 
 

@@ -1,0 +1,343 @@
+"""Engine-side experiments the notebooks run on an :class:`~lmdbio.cluster.MPICluster`.
+
+Each ``func(comm, ...)`` here runs on a sub-communicator of the engines
+(LMDB is opened on the engines only); the ``cluster``-taking helpers split a
+list of points by process count and run them there.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import LmdbioError
+
+if TYPE_CHECKING:
+    from .cluster import MPICluster
+
+__all__ = ["engine_info", "check_shared_memory", "ensure_dataset", "ensure_datasets", "page_types",
+           "describe_dataset", "describe_datasets", "sweep", "reader_timeline", "sweep_timelines",
+           "prov_model_table"]
+
+
+# --- engine-side checks (notebook 00) -----------------------------------------------------------
+
+def engine_info(comm) -> dict:
+    """Where this rank runs: host, pid, rank, CPU affinity, Python/MPI/LMDB versions."""
+    import lmdb
+    import mpi4py
+    from mpi4py import MPI
+
+    affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    return {
+        "rank": comm.Get_rank(), "size": comm.Get_size(), "host": socket.gethostname(),
+        "pid": os.getpid(), "cpus": ",".join(map(str, affinity)),
+        "python": sys.version.split()[0], "mpi4py": mpi4py.__version__,
+        "mpi_library": MPI.Get_library_version().splitlines()[0].strip(),
+        "mpi_standard": "%d.%d" % MPI.Get_version(), "py_lmdb": lmdb.__version__,
+        "liblmdb": ".".join(map(str, lmdb.version())),
+    }
+
+
+def check_shared_memory(comm, nbytes: int = 1 << 20) -> dict:
+    """MPI-3 shared memory: each rank writes its rank into its slice, every rank reads all.
+
+    This is the mechanism of LMDBIO-LMM (``MPI_Win_allocate_shared`` on the
+    ``MPI_COMM_TYPE_SHARED`` communicator). Returns this rank's view: node
+    size, whether all slices were visible, and the bandwidth of one
+    memcpy-sized read of a neighbour's slice.
+    """
+    import numpy as np
+    from mpi4py import MPI
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    try:
+        # One segment owned by node rank 0 (as LMDBIO's reader owns the batch buffer).
+        size = nbytes * node.Get_size() if node.Get_rank() == 0 else 0
+        win = MPI.Win.Allocate_shared(size, 1, comm=node)
+        try:
+            buf, _ = win.Shared_query(0)
+            whole = np.frombuffer(buf, dtype=np.uint8, count=nbytes * node.Get_size())
+            mine = whole[node.Get_rank() * nbytes:(node.Get_rank() + 1) * nbytes]
+            win.Fence()
+            mine[:] = node.Get_rank() % 251
+            win.Fence()
+            node.Barrier()
+            seen = [int(whole[r * nbytes]) for r in range(node.Get_size())]
+            ok = seen == [r % 251 for r in range(node.Get_size())]
+            nxt = (node.Get_rank() + 1) % node.Get_size()
+            t0 = time.perf_counter()
+            copy = whole[nxt * nbytes:(nxt + 1) * nbytes].copy()
+            dt = time.perf_counter() - t0
+            ok = ok and bool(copy[0] == nxt % 251)
+            win.Fence()
+        finally:
+            win.Free()
+        return {"rank": comm.Get_rank(), "node_rank": node.Get_rank(), "node_size": node.Get_size(),
+                "host": socket.gethostname(), "all_slices_visible": ok,
+                "copy_gb_per_s": nbytes / dt / 1e9 if dt > 0 else float("nan")}
+    finally:
+        node.Free()
+
+
+# --- engine-side dataset tasks (notebook 01 and every notebook's setup) --------------------------
+
+def ensure_dataset(path: str | os.PathLike, preset: str, records: int, **kwargs) -> dict:
+    """Make the dataset at ``path`` unless one with ``records`` records is there already.
+
+    Runs where it is called (call it on an engine: it opens LMDB). Returns
+    ``{"path", "records", "bytes", "made"}``.
+    """
+    from . import format as fmt
+    from .datasets import make_dataset
+
+    path = Path(path)
+    made = False
+    data = path / "data.mdb"
+    if data.exists():
+        try:
+            have = fmt.read_meta(data).entries
+        except LmdbioError:
+            have = -1
+        if have != records:
+            make_dataset(path, preset, records, force=True, **kwargs)
+            made = True
+    else:
+        make_dataset(path, preset, records, **kwargs)
+        made = True
+    if kwargs.get("provenance", True):
+        from .provenance import provenance_status, write_provenance
+
+        # A sidecar from an older schema or an edited database is rewritten, not trusted.
+        if provenance_status(path) != "present":
+            write_provenance(path)
+    return {"path": str(path), "records": records, "bytes": data.stat().st_size, "made": made}
+
+
+def _ensure_on_rank(comm, specs: list[dict]) -> list[dict]:
+    # Datasets are made by rank 0 of the sub-communicator; others wait.
+    out = [ensure_dataset(**s) for s in specs] if comm.Get_rank() == 0 else None
+    return comm.bcast(out, root=0)
+
+
+def ensure_datasets(cluster: "MPICluster", specs: list[dict]) -> list[dict]:
+    """Make each ``{"path", "preset", "records", ...}`` dataset on engine rank 0 (LMDB on engines only)."""
+    return cluster.run(_ensure_on_rank, 1, specs)[0]
+
+
+def page_types(path: str | os.PathLike):
+    """Type of every page of ``data.mdb``: a DataFrame (pgno, type) with meta/branch/leaf/overflow/free.
+
+    Branch pages are those reached from the root; leaf and overflow pages come
+    from the record index; every other page (freed by copy-on-write at a
+    commit, or never used) is ``free``.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from . import format as fmt
+    from .index import build_index
+
+    f = fmt.db_file(path)
+    index = build_index(f)
+    meta = index.meta
+    n = meta.last_pgno + 1
+    kind = np.full(n, "free", dtype=object)
+    kind[:2] = "meta"
+    kind[index.leaf_pgnos] = "leaf"
+    ov = index.overflow
+    first = (index.offsets[ov] // meta.psize).astype(np.int64)
+    count = fmt.overflow_pages(index.sizes[ov].astype(np.int64), meta.header_size, meta.psize)
+    run = np.repeat(first, count) + (np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count))
+    kind[run] = "overflow"
+    if meta.root is not None and meta.depth > 1:
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            level = [int(meta.root)]
+            for _ in range(meta.depth - 1):
+                kind[level] = "branch"
+                nxt = []
+                for pg in level:
+                    nxt.extend(fmt.branch_children(fmt.read_page(fd, meta, pg), meta, pg).tolist())
+                level = nxt
+        finally:
+            os.close(fd)
+    return pd.DataFrame({"pgno": np.arange(n), "type": kind})
+
+
+def describe_dataset(path: str | os.PathLike, name: str) -> dict:
+    """Pages, record sizes and a summary of one dataset, as tables for the results files."""
+    import pandas as pd
+
+    from .index import build_index, describe
+
+    pages = page_types(path)
+    pages.insert(0, "dataset", name)
+    index = build_index(path)
+    records = pd.DataFrame({"dataset": name, "record": range(len(index)),
+                            "offset": index.offsets, "size": index.sizes})
+    info = describe(path)
+    summary = {"dataset": name, "path": str(path), "entries": info["entries"],
+               "depth": info["depth"], "page_size": info["page_size"],
+               "file_bytes": info["file_size"], "value_bytes": info["value_bytes"],
+               **{f"{k}_pages": v for k, v in info["pages"].items() if k in
+                  ("branch", "leaf", "overflow", "free_or_other_db")}}
+    return {"pages": pages, "records": records, "summary": summary}
+
+
+def _describe_on_rank(comm, datasets: dict) -> dict | None:
+    if comm.Get_rank() != 0:
+        return None
+    return {name: describe_dataset(path, name) for name, path in datasets.items()}
+
+
+def describe_datasets(cluster: "MPICluster", datasets: dict) -> dict:
+    """:func:`describe_dataset` for ``{name: path}`` on engine rank 0."""
+    return cluster.run(_describe_on_rank, 1, datasets)[0]
+
+
+# --- sweeps of bench points ---------------------------------------------------------------------
+
+def _run_points(comm, points: list[dict]) -> list[dict]:
+    from .bench import run_point
+
+    rows: list[dict] = []
+    for p in points:
+        rows.extend(run_point(comm, **p))
+    return rows
+
+
+def _by_nprocs(cluster: "MPICluster", func, points: list[dict], progress: bool) -> list[dict]:
+    """Run ``func(comm, points)`` once per process count, on that many engines."""
+    by_p: dict[int, list[dict]] = {}
+    for p in points:
+        q = dict(p)
+        by_p.setdefault(int(q.pop("nprocs")), []).append(q)
+    rows: list[dict] = []
+    for nprocs, pts in by_p.items():
+        t0 = time.monotonic()
+        rows.extend(cluster.run_root(func, nprocs, pts))
+        if progress:
+            print(f"P={nprocs}: {len(pts)} points in {time.monotonic() - t0:.1f} s", flush=True)
+    return rows
+
+
+def sweep(cluster: "MPICluster", points: list[dict], *, progress: bool = True) -> list[dict]:
+    """Run :func:`lmdbio.bench.run_point` for each point dict (which holds ``nprocs``) on the engines.
+
+    Points with the same ``nprocs`` run in one call on one sub-communicator,
+    in the order given. Returns every point's rows (rank 0's gathered rows).
+    """
+    return _by_nprocs(cluster, _run_points, points, progress)
+
+
+# --- engine-side experiments the bench does not cover -------------------------------------------
+
+def reader_timeline(comm, dataset, variant: str, batch_size: int, iters: int, *, cache: str = "cold",
+                    warmup: int = 1, ranks_per_node: int | None = None, readers_per_node: int = 1,
+                    coalesce_bytes: int | None = None, stagger_size: int | None = None) -> list[dict]:
+    """Per-batch, per-phase Reader rows of ``iters`` timed batches, gathered on rank 0.
+
+    Unlike :func:`lmdbio.bench.run_point` (which sums phases over batches),
+    this keeps every (rank, batch, phase) row with its monotonic start and end,
+    for read timelines (STAG) and request-size sweeps (COAL's
+    ``coalesce_bytes``). Cold cache: node rank 0 evicts the file after the
+    warmup batches. Every row carries ``variant``, ``nprocs``,
+    ``coalesce_bytes``, ``stagger_size``, the timed ``wall_s_total``,
+    ``records`` and ``record_bytes`` (over all ranks) and ``resident_fraction``.
+    """
+    from mpi4py import MPI
+
+    from . import metrics
+    from .format import db_file
+    from .reader import Reader
+    from .waiting import polite_barrier
+
+    path = db_file(dataset)
+    with Reader(dataset, batch_size, comm, variant, ranks_per_node, readers_per_node,
+                coalesce_bytes=coalesce_bytes, stagger_size=stagger_size) as reader:
+        for _ in range(warmup):
+            reader.read_batch()
+        resident = float("nan")
+        if cache == "cold":
+            node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+            if node.Get_rank() == 0:
+                metrics.evict(path)
+                resident = metrics.residency(path)
+            node.Free()
+        polite_barrier(comm)
+        t0 = time.monotonic()
+        records = nbytes = 0
+        for _ in range(iters):
+            b = reader.read_batch()
+            records += len(b)
+            nbytes += b.nbytes
+        polite_barrier(comm)
+        wall = time.monotonic() - t0
+        rows = [dict(r) for r in reader.stats() if r.get("phase") != "setup"
+                and warmup <= int(r.get("batch", -1)) < warmup + iters]
+        is_reader = bool(reader.is_reader)
+        opts = reader.options
+    wall = comm.allreduce(wall, op=MPI.MAX)
+    records = comm.allreduce(records)
+    nbytes = comm.allreduce(nbytes)
+    resident = comm.allreduce(0.0 if resident != resident else resident, op=MPI.MAX)
+    point = {"variant": variant, "nprocs": comm.Get_size(), "cache": cache,
+             "batch_size": batch_size, "iters": iters,
+             "coalesce_bytes": opts.coalesce_bytes, "stagger_size": opts.stagger_size,
+             "ranks_per_node": ranks_per_node or 0, "readers_per_node": readers_per_node,
+             "wall_s_total": wall, "records": records, "record_bytes": nbytes,
+             "resident_fraction": resident}
+    for r in rows:
+        r.update(point, is_reader=is_reader)
+        for k, v in list(r.items()):
+            if hasattr(v, "item"):
+                r[k] = v.item()
+    gathered = comm.gather(rows, root=0)
+    return [r for rank_rows in gathered for r in rank_rows] if comm.Get_rank() == 0 else []
+
+
+def _timelines(comm, points: list[dict]) -> list[dict]:
+    rows: list[dict] = []
+    for p in points:
+        rows.extend(reader_timeline(comm, **p))
+    return rows
+
+
+def sweep_timelines(cluster: "MPICluster", points: list[dict], *, progress: bool = True) -> list[dict]:
+    """:func:`reader_timeline` for each point dict (holding ``nprocs``), like :func:`sweep`."""
+    return _by_nprocs(cluster, _timelines, points, progress)
+
+
+def prov_model_table(path: str | os.PathLike, commit_every: int | None = 1000):
+    """PROV's arithmetic offsets next to the true ones from the index walk (a DataFrame).
+
+    Columns: record, true_offset, model_offset (with the writer's commit
+    interval), model_single_txn_offset (as if one transaction wrote all),
+    commit_every, record_bytes, key_bytes.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from .index import build_index
+    from .provenance import arithmetic_offsets
+
+    index = build_index(path)
+    meta = index.meta
+    n = len(index)
+    # The model needs one record size; Datums differ by a byte or two (the label's
+    # varint), which changes no page count, so the largest stands for all.
+    rec = int(index.sizes.max())
+    key = len(index.keys(0, 1)[0])
+    kw = dict(record_bytes=rec, psize=meta.psize, header_size=meta.header_size, key_bytes=key,
+              first_leaf_page=int(index.leaf_pgnos[0]))
+    with_commits = arithmetic_offsets(n, commit_every=commit_every, **kw)
+    single = arithmetic_offsets(n, commit_every=None, **kw)
+    return pd.DataFrame({"record": np.arange(n), "true_offset": index.offsets.astype(np.int64),
+                         "model_offset": with_commits.astype(np.int64),
+                         "model_single_txn_offset": single.astype(np.int64),
+                         "commit_every": commit_every or 0, "record_bytes": rec, "key_bytes": key})
