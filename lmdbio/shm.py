@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .waiting import wait_word, wake_word
+from .waiting import wait_word, wake_word, word_address
 
 __all__ = ["GroupBuffer"]
 
@@ -54,6 +54,9 @@ class GroupBuffer:
         # asleep[r] is 1 while rank r may sleep in a futex: wake-ups cost a
         # system call, so they are made only for someone who sleeps.
         self.asleep = flat[self.nslots * self._hdr_len + comm.size:]
+        # Futex word addresses, looked up once (numpy's .ctypes is slow).
+        self._seq_addr = [word_address(flat, k * self._hdr_len + _SEQ) for k in range(self.nslots)]
+        self._ack_addr = [word_address(self.acks, r) for r in range(comm.size)]
         if self.is_reader:
             flat[:] = 0
             self.acks[:] = -1
@@ -104,7 +107,8 @@ class GroupBuffer:
         if chunk >= self.nslots and self.comm.size > 1:
             need = chunk - self.nslots + 2
             for m in range(1, self.comm.size):
-                wait_word(self.acks, m, lambda v: v >= need, (self.asleep, 0), self._fence)
+                wait_word(self.acks, m, lambda v: v >= need, (self.asleep, 0), self._fence,
+                          self._ack_addr[m])
         if nbytes > self.capacity(slot):
             new = max(int(nbytes), 2 * self.capacity(slot))
             self.header[slot, _GROW] = new
@@ -132,7 +136,7 @@ class GroupBuffer:
     def _wake_members(self, slot: int) -> None:
         self._fence()
         if self.asleep[1:].any():
-            wake_word(self.header[slot], _SEQ)
+            wake_word(self.header[slot], _SEQ, self._seq_addr[slot])
 
     # -- group side ------------------------------------------------------
     def receive(self, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -142,14 +146,15 @@ class GroupBuffer:
         self.acks[me] = chunk
         self._fence()
         if self.asleep[0]:
-            wake_word(self.acks, me)
+            wake_word(self.acks, me, self._ack_addr[me])
         h = self.header[slot]
         mine = (self.asleep, me)
-        seq = wait_word(h, _SEQ, lambda v: v >= 2 * chunk + 1, mine, self._fence)
+        addr = self._seq_addr[slot]
+        seq = wait_word(h, _SEQ, lambda v: v >= 2 * chunk + 1, mine, self._fence, addr)
         self._fence()
         if seq == 2 * chunk + 1:
             self._grow(slot, int(h[_GROW]))
-            wait_word(h, _SEQ, lambda v: v >= 2 * chunk + 2, mine, self._fence)
+            wait_word(h, _SEQ, lambda v: v >= 2 * chunk + 2, mine, self._fence, addr)
             self._fence()
         return self.current(chunk)
 

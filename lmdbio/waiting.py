@@ -18,7 +18,8 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["wait_until", "wait_request", "polite_barrier", "wait_word", "wake_word", "HAVE_FUTEX"]
+__all__ = ["wait_until", "wait_request", "polite_barrier", "wait_word", "wake_word", "word_address",
+           "HAVE_FUTEX"]
 
 _SPINS = 8           # cheap checks before the first sleep
 _FIRST_SLEEP = 20e-6
@@ -53,16 +54,22 @@ def wait_until(ready: Callable[[], bool]) -> None:
         pause = min(pause * 2, _MAX_SLEEP)
 
 
+def word_address(arr: np.ndarray, i: int) -> int:
+    """Address of ``arr[i]`` for :func:`wait_word`/:func:`wake_word` (look it up once: it is slow)."""
+    return arr.ctypes.data + arr.itemsize * i
+
+
 def wait_word(arr: np.ndarray, i: int, ready: Callable[[int], bool],
               sleeping: tuple[np.ndarray, int] | None = None,
-              fence: Callable[[], None] | None = None) -> int:
+              fence: Callable[[], None] | None = None, addr: int | None = None) -> int:
     """Wait until ``ready(arr[i])``; sleeps in the kernel on the word's low 32 bits.
 
     ``arr`` is an int64 array in shared memory. Whoever changes ``arr[i]``
     calls :func:`wake_word` on it. With ``sleeping=(flags, j)``, ``flags[j]``
     is 1 while this process may be asleep, so the writer can skip the wake-up
     system call when nobody sleeps; ``fence`` (a full memory barrier) orders
-    raising the flag before the last look at the word. Returns the value
+    raising the flag before the last look at the word; ``addr`` is the
+    word's :func:`word_address` when the caller has it. Returns the value
     that satisfied ``ready``.
     """
     for _ in range(_SPINS):
@@ -72,7 +79,7 @@ def wait_word(arr: np.ndarray, i: int, ready: Callable[[int], bool],
     if not HAVE_FUTEX:
         wait_until(lambda: ready(int(arr[i])))
         return int(arr[i])
-    addr = ctypes.c_void_p(arr.ctypes.data + 8 * i)
+    addr = ctypes.c_void_p(word_address(arr, i) if addr is None else addr)
     tout = ctypes.byref(_TIMEOUT)
     if sleeping is not None:
         flags, j = sleeping
@@ -92,11 +99,11 @@ def wait_word(arr: np.ndarray, i: int, ready: Callable[[int], bool],
             flags[j] = 0
 
 
-def wake_word(arr: np.ndarray, i: int) -> None:
+def wake_word(arr: np.ndarray, i: int, addr: int | None = None) -> None:
     """Wake every process sleeping in :func:`wait_word` on ``arr[i]``."""
     if HAVE_FUTEX:
-        _syscall(_SYS_FUTEX, ctypes.c_void_p(arr.ctypes.data + 8 * i), _FUTEX_WAKE,
-                 0x7FFFFFFF, None, None, 0)
+        where = word_address(arr, i) if addr is None else addr
+        _syscall(_SYS_FUTEX, ctypes.c_void_p(where), _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
 
 
 def wait_request(req):
