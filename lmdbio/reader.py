@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 from typing import Callable
 
 import numpy as np
@@ -321,6 +322,7 @@ class Reader:
         if self._on_error == "abort" and self.nprocs > 1:
             print(f"lmdbio: error: rank {self.rank}: {type(exc).__name__}: {exc}; "
                   "aborting the job so no rank waits forever", file=sys.stderr, flush=True)
+            time.sleep(0.5)  # let the launcher forward the message before it tears the job down
             self.comm.Abort(1)
 
     def _read_baseline(self, t: int) -> Batch:
