@@ -12,7 +12,6 @@ rate. Prints numbers only; it never fails on time.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import time
@@ -24,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lmdbio.index import build_index  # noqa: E402
+from lmdbio.metrics import evict  # noqa: E402
 from lmdbio.provenance import (arithmetic_offsets, load_provenance, sidecar_path,  # noqa: E402
                                write_provenance)
 
@@ -50,15 +50,6 @@ def write_db(path: Path, n: int, commit_every: int) -> float:
     return time.perf_counter() - t
 
 
-def drop_cache(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -82,7 +73,7 @@ def main() -> None:
         m = idx.meta
         print(f"build_index warm cache: best {min(times):.3f} s of {len(times)} "
               f"({len(idx) / min(times) / 1e6:.2f} M records/s)")
-        drop_cache(data)
+        evict(data)
         t = time.perf_counter()
         idx = build_index(out)
         print(f"build_index cold cache (file pages dropped): {time.perf_counter() - t:.3f} s")

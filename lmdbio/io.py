@@ -9,7 +9,7 @@ import numpy as np
 from .errors import LmdbioError
 from .waiting import wait_request
 
-__all__ = ["plan_extents", "read_extents", "CursorWalker", "positions_runs", "Stagger"]
+__all__ = ["plan_extents", "read_extents", "copy_values", "CursorWalker", "positions_runs", "Stagger"]
 
 PAGE = 4096
 
@@ -85,6 +85,21 @@ def read_extents(fd: int, buf: np.ndarray, ext_start: np.ndarray, ext_len: np.nd
             done += got
         pos += length
     return pos, calls
+
+
+def copy_values(values: list, alloc) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Copy values (memoryviews into LMDB's map) back to back into ``alloc(total_bytes)``.
+
+    This is where an mmap reader takes its page faults, one value at a time,
+    as Caffe does. Returns ``(buffer, offsets, sizes)``.
+    """
+    sizes = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
+    offsets = np.zeros(len(values), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=offsets[1:])
+    buf = alloc(int(sizes.sum()))
+    for v, off, size in zip(values, offsets.tolist(), sizes.tolist()):
+        buf[off:off + size] = v
+    return buf, offsets, sizes
 
 
 class CursorWalker:

@@ -13,7 +13,7 @@ from mpi4py import MPI
 
 from . import datum
 from .errors import LmdbioError
-from .io import CursorWalker, Stagger, plan_extents, positions_runs, read_extents
+from .io import CursorWalker, Stagger, copy_values, plan_extents, positions_runs, read_extents
 from .metrics import PhaseRecorder, totals_row, totals_snapshot
 from .options import Options, parse_variant
 from .shm import GroupBuffer
@@ -333,15 +333,9 @@ class Reader:
             w.skip_to(first)
             values = w.take(self.per_rank)
             row["records_walked"] = w.walked - w0
-        with self.rec.phase("read", t) as row:
-            sizes = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
-            offsets = np.zeros(len(values), dtype=np.int64)
-            np.cumsum(sizes[:-1], out=offsets[1:])
-            buf = np.empty(int(sizes.sum()), dtype=np.uint8)
-            for v, o, s in zip(values, offsets.tolist(), sizes.tolist()):
-                buf[o:o + s] = v
-            row["bytes"] = int(sizes.sum())
-            row["calls"] = len(values)
+        with self.rec.phase("read", t, chain=True) as row:
+            buf, offsets, sizes = copy_values(values, lambda n: np.empty(n, dtype=np.uint8))
+            row["bytes"], row["calls"] = int(sizes.sum()), len(values)
         return Batch(buf, offsets, sizes, self._indices(first))
 
     def _read_localized(self, t: int) -> Batch:
@@ -377,38 +371,31 @@ class Reader:
         return runs
 
     def _fill(self, chunk: int) -> None:
-        """Reader: locate and fetch one chunk's records into ``slot``, then publish it."""
+        """Reader: locate and fetch one chunk's records into its slot, then publish them."""
         t = chunk * self.coalesce
         gb = self._group_buf
-        o = self.options
-        if o.fetch == "mmap":
+        mmap_fetch = self.options.fetch == "mmap"
+        if mmap_fetch:
             values = self._locate_mmap(t)
-            if self._stagger:
-                with self.rec.phase("stagger_wait", t, chain=True):
-                    self._stagger.wait_turn()
-            with self.rec.phase("read", t, chain=True) as row:
-                sizes = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
-                offsets = np.zeros(len(values), dtype=np.int64)
-                np.cumsum(sizes[:-1], out=offsets[1:])
-                buf = gb.reserve(chunk, int(sizes.sum()))
-                for v, off, s in zip(values, offsets.tolist(), sizes.tolist()):
-                    buf[off:off + s] = v
-                row["bytes"], row["calls"] = int(sizes.sum()), len(values)
-                if o.speculative:
-                    self._score_prediction(values, row)
         else:
             with self.rec.phase("locate", t) as row:
                 rec_off, rec_size = self._locate_extents(chunk)
                 ext_start, ext_len, buf_off = plan_extents(rec_off, rec_size)
                 row["extents"] = len(ext_start)
-            if self._stagger:
-                with self.rec.phase("stagger_wait", t, chain=True):
-                    self._stagger.wait_turn()
-            with self.rec.phase("read", t, chain=True) as row:
+        if self._stagger:
+            with self.rec.phase("stagger_wait", t, chain=True):
+                self._stagger.wait_turn()
+        with self.rec.phase("read", t, chain=True) as row:
+            if mmap_fetch:
+                _, offsets, sizes = copy_values(values, lambda n: gb.reserve(chunk, n))
+                row["bytes"], row["calls"] = int(sizes.sum()), len(values)
+                if self.options.speculative:
+                    self._score_prediction(values, row)
+            else:
                 buf = gb.reserve(chunk, int(ext_len.sum()))
                 row["bytes"], row["calls"] = read_extents(self._fd, buf, ext_start, ext_len,
                                                           str(self.path))
-            offsets, sizes = buf_off, rec_size
+                offsets, sizes = buf_off, rec_size
         if self._stagger:
             self._stagger.pass_turn()
         with self.rec.phase("distribute", t, chain=True):
