@@ -182,15 +182,14 @@ class Reader:
                 return m
             return None
 
-        m = comm.bcast(collective(comm, meta), root=0)
-        self.n, self.meta = m.entries, m
-        self._mean_size = max(1.0, m.file_size / max(1, m.entries))
-
         try:
+            m = comm.bcast(collective(comm, meta), root=0)
+            self.n, self.meta = m.entries, m
+            self._mean_size = max(1.0, m.file_size / max(1, m.entries))
             with self.rec.phase("setup", -1) as row:
                 self._setup(build_provenance, row)
         except BaseException:
-            self._release()
+            self._release()   # every rank gets here together: each failing step is collective
             raise
         self._closed = False
 
