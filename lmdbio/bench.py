@@ -64,6 +64,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from .cluster import mpiexec
 from .emulation import TrainingEmulator, parse_compute_time, parse_model_bytes
 from .waiting import polite_barrier
 
@@ -197,7 +198,7 @@ class _RawReader:
 
     def __init__(self, comm, path: Path, batch_size: int, offsets: np.ndarray, sizes: np.ndarray,
                  nbatches: int, ranks_per_node, readers_per_node: int):
-        from .io import plan_extents
+        from .io import plan_extents, positions_runs
         from .topology import make_topology
 
         t0 = time.monotonic()
@@ -212,7 +213,7 @@ class _RawReader:
 
         def span_bytes(start: int, count: int) -> int:
             total = 0
-            for a, m in _runs(start, count, n):
+            for a, m in positions_runs(start, count, n):
                 total += int(csum[a + m] - csum[a])
             return total
 
@@ -258,15 +259,6 @@ class _RawReader:
             os.close(self._fd)
             self._fd = -1
         self.topology.free()
-
-
-def _runs(start: int, count: int, n: int):
-    pos = start % n
-    while count > 0:
-        m = min(count, n - pos)
-        yield pos, m
-        count -= m
-        pos = 0
 
 
 def _aggregate(rows: Iterable[dict], level: str) -> list[dict]:
@@ -782,19 +774,6 @@ def make_points(datasets: Sequence[str], variants: Sequence[str], procs: Sequenc
     return points
 
 
-def _mpiexec() -> str:
-    local = Path(sys.executable).with_name("mpiexec")
-    if local.exists():
-        return str(local)
-    import shutil
-
-    found = shutil.which("mpiexec")
-    if not found:
-        raise FileNotFoundError("mpiexec not found next to Python or on PATH; install MPI "
-                                "(pip install mpich) or activate the venv")
-    return found
-
-
 def _tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
@@ -806,7 +785,7 @@ def run_point_subprocess(point: dict, repeat: int, workdir: Path, timeout: float
     cfg_file = workdir / f"{tag}.config.json"
     res_file = workdir / f"{tag}.rows.json"
     cfg_file.write_text(json.dumps({"point": point, "repeat": repeat, "measure": measure}))
-    cmd = [_mpiexec(), *mpiexec_args, "-n", str(point["nprocs"]), sys.executable, "-m",
+    cmd = [mpiexec(), *mpiexec_args, "-n", str(point["nprocs"]), sys.executable, "-m",
            "lmdbio.bench", "_point", str(cfg_file), str(res_file)]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")

@@ -43,7 +43,8 @@ from typing import Any, Callable
 
 from .errors import ConfigurationError, LmdbioError
 
-__all__ = ["MPICluster", "run_on_engines", "slurm_settings", "SLURM_CONFIG", "EngineFailure"]
+__all__ = ["MPICluster", "run_on_engines", "slurm_settings", "SLURM_CONFIG", "EngineFailure",
+           "mpiexec"]
 
 SLURM_CONFIG = Path("~/.config/lmdbio/slurm.yaml")
 _SLURM_ENV = {
@@ -131,7 +132,8 @@ def _slurm_config(settings: dict):
     return cfg
 
 
-def _mpiexec() -> str:
+def mpiexec() -> str:
+    """The mpiexec that matches this Python's mpi4py: next to it (the mpich wheel), else on PATH."""
     # The mpich wheel puts mpiexec next to the venv's python; a notebook
     # kernel's PATH does not always include that directory.
     local = Path(sys.executable).with_name("mpiexec")
@@ -216,7 +218,7 @@ class MPICluster:
             return self
         cfg = Config()
         if self.engines == "mpi":
-            cfg.MPILauncher.mpi_cmd = [_mpiexec()]
+            cfg.MPILauncher.mpi_cmd = [mpiexec()]
         if self.engines == "slurm" or self.controller == "slurm":
             cfg.merge(_slurm_config(slurm_settings(self._slurm_config)))
         kwargs = dict(engines=self.engines, n=self.n, config=cfg, log_level=self._log_level, delay=0.1)

@@ -92,10 +92,6 @@ class PageHeader:
     lower: int    # for overflow pages: low half of the page count
     upper: int    # for overflow pages: high half of the page count
 
-    @property
-    def overflow_count(self) -> int:
-        return self.lower | (self.upper << 16)
-
 
 @dataclass(frozen=True)
 class LeafNodes:

@@ -11,8 +11,6 @@ from .waiting import wait_request
 
 __all__ = ["plan_extents", "read_extents", "copy_values", "CursorWalker", "positions_runs", "Stagger"]
 
-PAGE = 4096
-
 
 def positions_runs(start: int, count: int, n: int) -> list[tuple[int, int]]:
     """Split records ``start .. start+count-1`` (mod ``n``) into contiguous (first, length) runs."""
@@ -120,12 +118,6 @@ class CursorWalker:
             raise LmdbioError("the database has no records")
         self.pos = 0
         self.walked = 0
-
-    def _step(self) -> None:
-        if not self.cursor.next():
-            self.cursor.first()
-        self.pos = (self.pos + 1) % self.n
-        self.walked += 1
 
     def skip_to(self, target: int) -> None:
         """Walk ``next()`` until the cursor is on record ``target`` (mod n)."""

@@ -39,7 +39,6 @@ PHASE_COLORS = {
 }
 PAGE_COLORS = {"meta": "#2c3e50", "branch": "#e74c3c", "leaf": "#f1c40f", "overflow": "#3498db",
                "free": "#ecf0f1"}
-PHASE_ORDER = tuple(PHASE_COLORS)
 
 
 def label(variant: str) -> str:
@@ -95,12 +94,6 @@ def subtitle(meta: dict) -> str:
 
 def _title(fig, text: str, meta: dict | None) -> None:
     fig.suptitle(text + (f"\n{subtitle(meta)}" if meta is not None else ""), fontsize=11)
-
-
-def _variant_legend(ax, **kw) -> None:
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(handles, [label(x) if x in VARIANT_COLORS else x for x in labels], **kw)
 
 
 def _pow2_ticks(ax, values: Iterable[int]) -> None:

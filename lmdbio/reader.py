@@ -66,14 +66,12 @@ def collective(comm: MPI.Comm, fn: Callable, *args, **kwargs):
     """Run ``fn`` on every rank; if it fails anywhere, raise on every rank.
 
     The error raised is the failing rank's (lowest rank wins), re-raised with
-    its type where that is one of ours or a builtin, so no rank is left
-    waiting in a later collective.
+    its type (LmdbioError where that type cannot be rebuilt from a message),
+    so no rank is left waiting in a later collective.
     """
     try:
         result, err = fn(*args, **kwargs), None
-    except (LmdbioError, ValueError, TypeError, OSError, NotImplementedError) as exc:
-        result, err = None, exc
-    except Exception as exc:  # anything else still must not strand the other ranks
+    except Exception as exc:  # whatever it is, it must not strand the other ranks
         result, err = None, exc
     errors = comm.allgather(None if err is None else (type(err), str(err)))
     failed = [(r, e) for r, e in enumerate(errors) if e is not None]
@@ -81,8 +79,6 @@ def collective(comm: MPI.Comm, fn: Callable, *args, **kwargs):
         if err is not None and failed[0][0] == comm.rank:
             raise err
         r, (etype, msg) = failed[0]
-        if not (isinstance(etype, type) and issubclass(etype, Exception)):
-            etype = LmdbioError
         try:
             exc = etype(f"rank {r}: {msg}")
         except Exception:
@@ -495,8 +491,9 @@ class Reader:
         # Whole-run totals from the kernel (/proc/self/io, getrusage) since the
         # Reader was made: a cross-check of the per-phase counters.
         total = totals_row(self._totals0, self.rank)
-        total["bytes"] = sum(r["bytes"] for r in self.rec.rows if r["phase"] == "read")
-        total["calls"] = sum(r["calls"] for r in self.rec.rows if r["phase"] == "read")
+        reads = [r for r in rows if r["phase"] == "read"]
+        total["bytes"] = sum(r["bytes"] for r in reads)
+        total["calls"] = sum(r["calls"] for r in reads)
         return rows + [{**total, **extra}]
 
     def close(self) -> None:

@@ -9,14 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from lmdbio.cluster import mpiexec
+
 ROOT = Path(__file__).resolve().parents[1]
 MPI_SCRIPTS = ROOT / "tests" / "mpi"
-BIN = Path(sys.executable).parent
-
-
-def mpiexec_path() -> str:
-    exe = BIN / "mpiexec"
-    return str(exe) if exe.exists() else "mpiexec"
 
 
 def run_mpi(script: str | Path, n: int, *args, timeout: float = 240, env: dict | None = None,
@@ -25,7 +21,7 @@ def run_mpi(script: str | Path, n: int, *args, timeout: float = 240, env: dict |
     script = Path(script)
     if not script.is_absolute():
         script = MPI_SCRIPTS / script
-    cmd = [mpiexec_path(), "-n", str(n), sys.executable, str(script), *map(str, args)]
+    cmd = [mpiexec(), "-n", str(n), sys.executable, str(script), *map(str, args)]
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env,
                           cwd=ROOT)
