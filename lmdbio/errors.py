@@ -7,6 +7,8 @@ __all__ = [
     "ConfigurationError",
     "DatasetError",
     "SnapshotError",
+    "PeerError",
+    "PeerTimeoutError",
 ]
 
 
@@ -32,3 +34,16 @@ class DatasetError(LmdbioError):
 
 class SnapshotError(LmdbioError):
     """An index belongs to another snapshot of the database than the one in use."""
+
+
+class PeerError(LmdbioError):
+    """Another rank of the Reader failed or left, so this rank cannot go on with it."""
+
+
+class PeerTimeoutError(PeerError):
+    """A peer rank did not take its part in a hand-off within ``LMDBIO_TIMEOUT`` seconds.
+
+    It stopped calling ``read_batch()`` (uneven loop counts, an early ``break``),
+    failed, or exited. Every rank must call ``read_batch()`` the same number of
+    times and then ``close()``.
+    """

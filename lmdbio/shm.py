@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from mpi4py import MPI
 
-from .waiting import wait_word, wake_word, word_address
+from .errors import PeerError, PeerTimeoutError
+from .waiting import completes_within, timeout, wait_word, wake_word, word_address
 
 __all__ = ["GroupBuffer"]
+
+# Windows that close() could not free because a peer had left: kept mapped
+# until the process ends, so a late view never faults.
+_PARKED: list = []
+# Windows a batch still viewed at close(), per set of processes: freed by a
+# later close() of the same processes once no view is left.
+_REUSABLE: dict[tuple, list] = {}
 
 _GROW, _NREC, _SEQ, _CTL_LEN = 0, 1, 2, 3
 
@@ -34,26 +44,41 @@ class GroupBuffer:
     in the header and the group allocates the bigger window together (MPI
     window allocation is collective). Outgrown windows are kept until
     ``close()`` because earlier batches may still view them.
+
+    Every wait is bounded by :func:`lmdbio.waiting.timeout`: a rank that
+    stops asking (or a reader that stops publishing) becomes a
+    :class:`~lmdbio.errors.PeerTimeoutError` naming that rank and the chunk.
+    ``close()`` frees the windows only when the whole group agrees in time
+    and no batch of any rank still views them; otherwise the windows stay
+    mapped until the process ends (never a segfault, never a hang).
     """
 
     MIN_SLOTS = 4
 
-    def __init__(self, comm: MPI.Comm, max_records: int, capacity: int, nslots: int = MIN_SLOTS):
+    def __init__(self, comm: MPI.Comm, max_records: int, capacity: int, nslots: int = MIN_SLOTS,
+                 names: tuple[int, ...] | None = None, batches_per_chunk: int = 1):
         if nslots < self.MIN_SLOTS:
             raise ValueError(f"nslots must be at least {self.MIN_SLOTS}, got {nslots}")
         self.nslots = int(nslots)
         self.comm = comm
+        # World ranks of the group's members, for error messages.
+        self.names = tuple(names) if names is not None else tuple(range(comm.size))
+        self.batches_per_chunk = max(1, int(batches_per_chunk))
+        self.timeout = timeout()
         self.is_reader = comm.rank == 0
         self.max_records = int(max_records)
         self._hdr_len = _CTL_LEN + 2 * self.max_records
-        n_hdr = self.nslots * self._hdr_len + 2 * comm.size
+        n_hdr = self.nslots * self._hdr_len + 2 * comm.size + 1
         self._hdr_win = self._allocate(n_hdr * 8)
         flat = self._view(self._hdr_win, np.int64)
         self.header = flat[:self.nslots * self._hdr_len].reshape(self.nslots, self._hdr_len)
         self.acks = flat[self.nslots * self._hdr_len:][:comm.size]
         # asleep[r] is 1 while rank r may sleep in a futex: wake-ups cost a
         # system call, so they are made only for someone who sleeps.
-        self.asleep = flat[self.nslots * self._hdr_len + comm.size:]
+        self.asleep = flat[self.nslots * self._hdr_len + comm.size:][:comm.size]
+        # failed[0] is 1 + the group rank of a member that gave up (0: none):
+        # the others stop waiting for it at once instead of at the timeout.
+        self.failed = flat[-1:]
         # Futex word addresses, looked up once (numpy's .ctypes is slow).
         self._seq_addr = [word_address(flat, k * self._hdr_len + _SEQ) for k in range(self.nslots)]
         self._ack_addr = [word_address(self.acks, r) for r in range(comm.size)]
@@ -62,9 +87,23 @@ class GroupBuffer:
             self.acks[:] = -1
         self._wins = [self._allocate(max(int(capacity), 1)) for _ in range(self.nslots)]
         self._data = [self._view(w, np.uint8) for w in self._wins]
+        self._prefault()
         self._old: list = []
+        self._old_data: list = []
         self.comm.Barrier()
 
+    def _prefault(self) -> None:
+        """Touch every page of the slots once, so the first batches do not pay the page
+        faults (the reader writes, the members map the pages by reading them)."""
+        for d in self._data:
+            if self.is_reader:
+                d[::4096] = 0
+            else:
+                int(d[::4096].sum())
+
+    def _batches(self, chunk: int) -> str:
+        k = self.batches_per_chunk
+        return f"batch {chunk}" if k == 1 else f"batches {chunk * k}..{chunk * k + k - 1}"
     # -- window plumbing -------------------------------------------------
     def _allocate(self, nbytes: int):
         if self.comm.size == 1:
@@ -87,6 +126,7 @@ class GroupBuffer:
 
     def _grow(self, slot: int, nbytes: int) -> None:
         self._old.append(self._wins[slot])
+        self._old_data.append(self._data[slot])
         self._wins[slot] = self._allocate(nbytes)
         self._data[slot] = self._view(self._wins[slot], np.uint8)
 
@@ -106,9 +146,16 @@ class GroupBuffer:
         slot = chunk % self.nslots
         if chunk >= self.nslots and self.comm.size > 1:
             need = chunk - self.nslots + 2
+            failed = self.failed
             for m in range(1, self.comm.size):
-                wait_word(self.acks, m, lambda v: v >= need, (self.asleep, 0), self._fence,
-                          self._ack_addr[m])
+                v = wait_word(self.acks, m, lambda v: v >= need or failed[0] != 0, (self.asleep, 0),
+                          self._fence,
+                          self._ack_addr[m], limit=self.timeout,
+                          what=lambda m=m: (f"rank {self.names[0]} (reader): rank {self.names[m]} did "
+                                            f"not ask for {self._batches(need)} (chunk {need}); it "
+                                            f"last asked for chunk {int(self.acks[m])}"))
+                if v < need:
+                    self._check_failed()
         if nbytes > self.capacity(slot):
             new = max(int(nbytes), 2 * self.capacity(slot))
             self.header[slot, _GROW] = new
@@ -150,11 +197,20 @@ class GroupBuffer:
         h = self.header[slot]
         mine = (self.asleep, me)
         addr = self._seq_addr[slot]
-        seq = wait_word(h, _SEQ, lambda v: v >= 2 * chunk + 1, mine, self._fence, addr)
+        what = (f"rank {self.names[me]}: its reader, rank {self.names[0]}, did not publish "
+                f"{self._batches(chunk)} (chunk {chunk})")
+        failed = self.failed
+        seq = wait_word(h, _SEQ, lambda v: v >= 2 * chunk + 1 or failed[0] != 0, mine, self._fence,
+                        addr, limit=self.timeout, what=what)
+        if seq < 2 * chunk + 1:
+            self._check_failed()
         self._fence()
         if seq == 2 * chunk + 1:
             self._grow(slot, int(h[_GROW]))
-            wait_word(h, _SEQ, lambda v: v >= 2 * chunk + 2, mine, self._fence, addr)
+            seq = wait_word(h, _SEQ, lambda v: v >= 2 * chunk + 2 or failed[0] != 0, mine,
+                            self._fence, addr, limit=self.timeout, what=what)
+            if seq < 2 * chunk + 2:
+                self._check_failed()
             self._fence()
         return self.current(chunk)
 
@@ -166,11 +222,100 @@ class GroupBuffer:
         m = self.max_records
         return self._data[slot], h[_CTL_LEN:_CTL_LEN + n], h[_CTL_LEN + m:_CTL_LEN + m + n]
 
-    def close(self) -> None:
-        """Free every window. Collective over the group."""
-        self.comm.Barrier()
-        for w in [self._hdr_win, *self._wins, *self._old]:
-            if isinstance(w, MPI.Win):
-                w.Unlock_all()
-                w.Free()
-        self._wins, self._old, self._data = [], [], []
+    def abandon(self) -> None:
+        """Tell the group this rank gives up (it failed): their waits end with PeerError."""
+        if self.comm.size == 1 or self.failed is None:
+            return
+        if self.failed[0] == 0:
+            self.failed[0] = self.comm.rank + 1
+        self._fence()
+        for k in range(self.nslots):
+            wake_word(self.header[k], _SEQ, self._seq_addr[k])
+        for r in range(self.comm.size):
+            wake_word(self.acks, r, self._ack_addr[r])
+
+    def _check_failed(self) -> None:
+        who = int(self.failed[0]) - 1
+        if who == self.comm.rank:
+            raise PeerError(f"rank {self.names[who]}: this rank failed earlier and left its reader "
+                            "group; make a new Reader")
+        if who >= 0:
+            raise PeerError(f"rank {self.names[self.comm.rank]}: rank {self.names[who]} of its reader "
+                            "group failed (see that rank's error), so the hand-off cannot go on")
+
+    def _in_use(self) -> bool:
+        """True if anything outside this object (a Batch, a view of one) still holds a slot."""
+        return _viewed(self._data + self._old_data)
+
+    def close(self, limit: float | None = None, agree: bool = True) -> None:
+        """Free every window when the group agrees within ``limit`` seconds. Collective.
+
+        If a batch on any rank still views a slot, the windows stay mapped
+        and are freed at a later close() of the same ranks once no batch
+        views them; if a rank does not come, they stay mapped until the
+        process ends (freeing them would make those views fault). Raises
+        PeerTimeoutError (after letting go of everything) when a rank did
+        not come. With ``agree=False`` (the caller knows a rank is missing)
+        it only lets go.
+        """
+        wins = [self._hdr_win, *self._wins, *self._old]
+        arrays = self._data + self._old_data
+        self._wins, self._old, self._data, self._old_data = [], [], [], []
+        self.header = self.acks = self.asleep = self.failed = None
+        in_use = _viewed(arrays)
+        if self.comm.size == 1:
+            return
+        if not agree:   # the job's ranks did not all come to close(): no collective
+            _PARKED.append((wins, arrays))
+            return
+        # Windows parked by earlier closes of these same processes, in the same order
+        # on each of them (each was parked by a group-wide decision).
+        key = _world_key(self.comm)
+        parked = _REUSABLE.setdefault(key, [])
+        flags = np.array([1 if in_use else 0] + [1 if _viewed(a) else 0 for _, a in parked],
+                         dtype=np.int32)
+        anyone = np.zeros_like(flags)
+        req = self.comm.Iallreduce(flags, anyone, op=MPI.MAX)
+        limit = self.timeout if limit is None else limit
+        if not completes_within(req, limit):
+            _PARKED.append((wins, arrays, req, flags, anyone))
+            raise PeerTimeoutError(
+                f"rank {self.names[self.comm.rank]}: a rank of the reader group "
+                f"{list(self.names)} did not reach close() within {limit:g} s (LMDBIO_TIMEOUT); "
+                "its shared memory stays mapped until this process ends")
+        keep = []
+        for (old_wins, old_arrays), viewed in zip(parked, anyone[1:].tolist()):
+            if viewed:
+                keep.append((old_wins, old_arrays))
+            else:
+                del old_arrays[:]
+                _free(old_wins)
+        if anyone[0]:
+            keep.append((wins, arrays))   # a batch still views it: keep it mapped
+        else:
+            del arrays[:]
+            _free(wins)
+        parked[:] = keep
+
+
+def _viewed(arrays: list) -> bool:
+    """True if anything but ``arrays`` (a Batch, a numpy view, a memoryview) holds one of them."""
+    # References: the list and getrefcount's argument; any view holds one more
+    # (numpy views and memoryviews keep the array they came from as their base).
+    return any(sys.getrefcount(arrays[i]) > 2 for i in range(len(arrays)))
+
+
+def _world_key(comm: MPI.Comm) -> tuple:
+    """The COMM_WORLD ranks of ``comm``'s processes: the same processes, the same key."""
+    group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+    try:
+        return tuple(MPI.Group.Translate_ranks(group, list(range(comm.size)), world))
+    finally:
+        group.Free()
+        world.Free()
+
+
+def _free(wins: list) -> None:
+    for w in wins:
+        w.Unlock_all()
+        w.Free()

@@ -8,7 +8,7 @@ from mpi4py import MPI
 
 from .errors import ConfigurationError
 
-__all__ = ["Topology", "make_topology"]
+__all__ = ["Topology", "make_topology", "node_number"]
 
 
 @dataclass
@@ -96,3 +96,21 @@ def make_topology(comm: MPI.Comm, ranks_per_node: int | None = None,
             "launch with block placement (e.g. mpiexec -bind-to core -map-by core, "
             "srun --distribution=block) or pass ranks_per_node to use virtual nodes")
     return topo
+
+
+def node_number(comm: MPI.Comm, ranks_per_node: int | None = None) -> int:
+    """This rank's node number, for ``{node}`` in a Reader path. Collective.
+
+    Virtual nodes: ``rank // ranks_per_node``. Real nodes: the index of the
+    rank's ``MPI_COMM_TYPE_SHARED`` group, groups ordered by their lowest rank.
+    """
+    if ranks_per_node is not None:
+        if not isinstance(ranks_per_node, int) or ranks_per_node <= 0:
+            raise ValueError(f"ranks_per_node must be None or a positive integer, got {ranks_per_node!r}")
+        return comm.rank // ranks_per_node
+    shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    try:
+        leader = min(shared.allgather(comm.rank))
+    finally:
+        shared.Free()
+    return sorted(set(comm.allgather(leader))).index(leader)

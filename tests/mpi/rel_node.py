@@ -1,0 +1,39 @@
+"""Under mpiexec: ``{node}`` in the Reader path is the rank's node number (issue 10).
+
+usage: rel_node.py ROOT NAME
+ROOT/node0/NAME and ROOT/node1/NAME hold the same database. Every variant,
+with virtual nodes of one rank and with real nodes, must read the path of
+the rank's node and deliver the right records.
+"""
+
+import sys
+
+import lmdb
+import numpy as np
+from mpi4py import MPI
+
+import lmdbio
+
+root, name = sys.argv[1], sys.argv[2]
+comm = MPI.COMM_WORLD
+env = lmdb.open(f"{root}/node0/{name}", readonly=True, lock=False)
+with env.begin() as txn:
+    expected = [bytes(v) for _, v in txn.cursor()]
+env.close()
+per_rank = 4
+B = per_rank * comm.size
+problems = []
+for variant in lmdbio.VARIANTS:
+    for rpn in (1, None):
+        want_node = comm.rank // rpn if rpn else 0
+        with lmdbio.Reader(f"{root}/node{{node}}/{name}", B, comm, variant=variant,
+                           ranks_per_node=rpn) as r:
+            if f"/node{want_node}/" not in str(r.path):
+                problems.append(f"{variant} rpn={rpn}: path {r.path}, wanted node{want_node}")
+            for t in range(3):
+                b = r.read_batch()
+                want = (t * B + comm.rank * per_rank + np.arange(per_rank)) % len(expected)
+                if [bytes(v) for v in b] != [expected[i] for i in want]:
+                    problems.append(f"{variant} rpn={rpn} batch {t}: records differ")
+for rank, ps in enumerate(comm.gather(problems, root=0) or []):
+    print(f"rank {rank}: {'ok' if not ps else ps}", flush=True)
