@@ -40,6 +40,11 @@ _FORMATS = {1: (16, 0), 3: (24, 24)}
 _FORMAT_NAMES = {1: "0.9", 3: "1.0"}
 _META_READ = 512
 _DB = struct.Struct("<IHHQQQQQ")  # pad, flags, depth, branch, leaf, overflow, entries, root
+# REVERSEKEY | DUPSORT | INTEGERKEY | DUPFIXED | INTEGERDUP | REVERSEDUP: what a DB record may hold.
+_PERSISTENT_DB_FLAGS = 0x7E
+_DUPSORT_ONLY = 0x70   # DUPFIXED | INTEGERDUP | REVERSEDUP
+# No real map is larger (64 TiB); LMDB would fail to map one.
+_MAX_MAP = 1 << 46
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,11 @@ class MetaInfo:
     db_flags: int = 0        # main DB flags (DUPSORT 0x04, INTEGERKEY 0x08, ...)
     meta_page: int = 0       # which meta page (0 or 1) is current
     path: str = ""           # the data.mdb this came from (for error messages)
+    free_root: int | None = None  # root page of the free-page DB; None when it is empty
+    free_pages: int = 0      # branch + leaf + overflow pages of the free-page DB
+    free_flags: int = 0      # free-page DB flags (INTEGERKEY)
+    free_depth: int = 0
+    db_pad: int = 0          # main DB md_pad (LEAF2 key size; 0 for plain DBs)
 
     @property
     def format_name(self) -> str:
@@ -139,12 +149,29 @@ def _pread_exact(fd: int, n: int, off: int, path, pgno) -> bytes:
     return buf
 
 
+def _first_magic(head: bytes) -> int | None:
+    """Where py-lmdb finds the meta magic: the first 4-byte-aligned hit in the first 64 bytes.
+
+    py-lmdb picks the LMDB engine (0.9 or 1.0) from the data version next to it.
+    """
+    for off in range(0, min(len(head), 64) - 7, 4):
+        if struct.unpack_from("<I", head, off)[0] == MAGIC:
+            return off
+    return None
+
+
 def _detect_format(head: bytes, path) -> int:
     """Format version from the first bytes of page 0; rejects 32-bit and big-endian files."""
     for version, (hdr, _) in _FORMATS.items():
         if len(head) >= hdr + 8:
             magic, ver = struct.unpack_from("<II", head, hdr)
             if magic == MAGIC and ver == version:
+                first = _first_magic(head)
+                if first != hdr:
+                    # py-lmdb would pick its engine from the stray magic and LMDB would
+                    # then misread the file: refuse it the same way for every reader.
+                    raise _fail(path, 0, f"page 0 header is damaged (a stray meta magic at byte "
+                                         f"{first}, before the meta record at byte {hdr})")
                 return version
     # A 32-bit build has a 12-byte header (4-byte pgno); a big-endian one stores the magic reversed.
     for off in (12, 16, 24, 20):
@@ -181,6 +208,8 @@ def parse_meta(page: bytes, *, format_version: int, pgno: int, path="data.mdb") 
     main = _DB.unpack_from(page, hdr + 72)
     last_pgno, txnid = struct.unpack_from("<QQ", page, hdr + 120)
     return {"psize": free[0], "mapsize": mapsize, "last_pgno": last_pgno, "txnid": txnid,
+            "free_root": free[7], "free_pages": free[3] + free[4] + free[5],
+            "free_flags": free[1], "free_depth": free[2], "db_pad": main[0],
             "db_flags": main[1], "depth": main[2], "branch_pages": main[3], "leaf_pages": main[4],
             "overflow_pages": main[5], "entries": main[6], "root": main[7]}
 
@@ -209,6 +238,9 @@ def meta_candidates(path_or_fd, *, name: str | None = None) -> list[MetaInfo]:
                                  "pages; the file is truncated")
         m1 = parse_meta(_pread_exact(fd, _META_READ, psize, name, 1), format_version=version,
                         pgno=1, path=name)
+        # A writer extends the file before it writes a meta naming the new pages: the size
+        # taken after reading the metas covers them.
+        file_size = os.fstat(fd).st_size
         out = []
         for i, m in enumerate((m0, m1)):
             out.append(_meta_info(m, i, version, hdr, psize, file_size, name))
@@ -228,7 +260,9 @@ def _meta_info(m: dict, page: int, version: int, hdr: int, psize: int, file_size
                     branch_pages=m["branch_pages"], leaf_pages=m["leaf_pages"],
                     overflow_pages=m["overflow_pages"], mapsize=m["mapsize"],
                     file_size=file_size, db_flags=m["db_flags"], meta_page=page,
-                    path=name)
+                    path=name, free_root=None if m["free_root"] == P_INVALID else m["free_root"],
+                    free_pages=m["free_pages"], free_flags=m["free_flags"],
+                    free_depth=m["free_depth"], db_pad=m["db_pad"])
 
 
 def validate_meta(meta: MetaInfo) -> MetaInfo:
@@ -237,9 +271,45 @@ def validate_meta(meta: MetaInfo) -> MetaInfo:
     file_pages = meta.file_size // meta.psize
     if meta.last_pgno < 1 or meta.last_pgno >= 1 << 48:
         raise _fail(name, page, f"last page number {meta.last_pgno} is impossible")
+    if meta.txnid >= 1 << 63:
+        raise _fail(name, page, f"transaction id {meta.txnid} is impossible (damaged meta page)")
     if meta.last_pgno >= file_pages:
-        raise _fail(name, page, f"meta says the last page is {meta.last_pgno} but the file has only "
-                                f"{file_pages} pages of {meta.psize} bytes; the file is truncated")
+        # LMDB never writes pages a transaction allocated and freed again, so a file being
+        # written (or left so) may end before its last page; the walk checks that every
+        # page the tree uses is in the file. Past the map, though, the page cannot exist.
+        if meta.last_pgno >= max(file_pages, meta.mapsize // meta.psize) or \
+                (meta.last_pgno + 1) * meta.psize > _MAX_MAP:
+            raise _fail(name, page, f"meta says the last page is {meta.last_pgno} but the file has "
+                                    f"only {file_pages} pages of {meta.psize} bytes (map size "
+                                    f"{meta.mapsize}); the file is truncated or the meta damaged")
+    # What py-lmdb's LMDB checks when a transaction begins (so it never refuses a file we accept).
+    for which, flags in (("free-page", meta.free_flags), ("main", meta.db_flags)):
+        if flags & _DUPSORT_ONLY and not flags & 0x04:
+            raise _fail(name, page, f"{which} DB flags {flags:#x} need DUPSORT (damaged meta page)")
+    if meta.db_pad > meta.psize - meta.header_size:
+        raise _fail(name, page, f"main DB key size field {meta.db_pad} is larger than a page "
+                                "(damaged meta page)")
+    if meta.free_depth > MAX_DEPTH:
+        raise _fail(name, page, f"free-page DB depth {meta.free_depth} is impossible (0..{MAX_DEPTH})")
+    # LMDB 1.0 refuses to open a file whose DB roots or page counts do not fit in it.
+    room = min(meta.last_pgno + 1, file_pages)
+    if meta.free_root is not None and not 2 <= meta.free_root < room:
+        if 2 <= meta.free_root <= meta.last_pgno:
+            raise _fail(name, page, f"free-page DB root {meta.free_root} lies past the end of the "
+                                    f"file ({file_pages} pages of {meta.psize} bytes); the file is "
+                                    "truncated")
+        raise _fail(name, page, f"free-page DB root {meta.free_root} is outside pages "
+                                f"2..{meta.last_pgno}")
+    used = ((meta.free_pages if meta.free_root is not None else 0)
+            + (meta.branch_pages + meta.leaf_pages + meta.overflow_pages
+               if meta.root is not None else 0))
+    if used + 2 > room:
+        if used + 2 <= meta.last_pgno + 1:
+            raise _fail(name, page, f"the free-page and main DBs use {used} pages but the file has "
+                                    f"only {file_pages} pages of {meta.psize} bytes; the file is "
+                                    "truncated")
+        raise _fail(name, page, f"the free-page and main DBs claim {used} pages, more than the "
+                                f"{room - 2} pages after the meta pages")
     if meta.root is None:
         if meta.entries or meta.depth:
             raise _fail(name, page, f"main DB is empty (no root) but meta says {meta.entries} "
@@ -258,6 +328,9 @@ def validate_meta(meta: MetaInfo) -> MetaInfo:
                                 f"meta says {meta.branch_pages}")
     if meta.db_flags & 0x04:
         raise _fail(name, page, "main DB is DUPSORT; lmdbio reads plain key/value databases only")
+    if meta.db_flags & ~_PERSISTENT_DB_FLAGS:
+        raise _fail(name, page, f"main DB flags {meta.db_flags:#x} have bits LMDB never writes "
+                                "(damaged meta page)")
     return meta
 
 
@@ -275,19 +348,29 @@ def read_meta(path_or_fd, *, name: str | None = None) -> MetaInfo:
 
 # ---------------------------------------------------------------- pages
 
+def past_end(meta: MetaInfo, last: int | None = None) -> str:
+    """The message for a page the tree uses that lies past the end of the file."""
+    what = "the page lies" if last is None else f"page {last} lies"
+    return (f"{what} past the end of the file ({meta.file_pages} pages of {meta.psize} bytes); "
+            "the file is truncated")
+
+
 def read_page(fd: int, meta: MetaInfo, pgno: int) -> bytes:
     """One page by pread; page numbers are checked against the meta and the file first."""
-    if pgno < 2 or pgno > meta.last_pgno or pgno >= meta.file_pages:
-        raise _fail(meta.path, pgno, f"page number is outside 2..{meta.last_pgno} "
-                                     f"(file has {meta.file_pages} pages)")
+    if pgno < 2 or pgno > meta.last_pgno:
+        raise _fail(meta.path, pgno, f"page number is outside 2..{meta.last_pgno}")
+    if pgno >= meta.file_pages:
+        raise _fail(meta.path, pgno, past_end(meta))
     return _pread_exact(fd, meta.psize, pgno * meta.psize, meta.path, pgno)
 
 
 def read_pages(fd: int, meta: MetaInfo, pgno: int, count: int) -> bytes:
     """``count`` consecutive pages from ``pgno`` in one pread."""
     last = pgno + count - 1
-    if pgno < 2 or last > meta.last_pgno or last >= meta.file_pages:
+    if pgno < 2 or last > meta.last_pgno:
         raise _fail(meta.path, pgno, f"pages {pgno}..{last} are outside 2..{meta.last_pgno}")
+    if last >= meta.file_pages:
+        raise _fail(meta.path, pgno, past_end(meta, last))
     return _pread_exact(fd, meta.psize * count, pgno * meta.psize, meta.path, pgno)
 
 
@@ -306,6 +389,15 @@ def check_page(page: bytes, meta: MetaInfo, pgno: int, want_flag: int) -> PageHe
         raise _fail(meta.path, pgno, f"page header says pgno {h.pgno} (zeroed or misplaced page)")
     if h.flags & (P_BRANCH | P_LEAF | P_OVERFLOW | P_META | P_LEAF2 | P_SUBP) != want_flag:
         raise _fail(meta.path, pgno, f"expected a {kind} page, flags are {h.flags:#x}")
+    if meta.format_version == 1 and h.flags & P_DIRTY:
+        raise _fail(meta.path, pgno, f"page has the DIRTY flag ({h.flags:#x}), which a committed "
+                                     "page never has")
+    if meta.format_version == 3:
+        txnid = struct.unpack_from("<Q", page, 8)[0]
+        if txnid > meta.txnid:
+            # LMDB 1.0 takes such a page for one being written, and refuses it.
+            raise _fail(meta.path, pgno, f"page header says txnid {txnid}, newer than the "
+                                         f"database's {meta.txnid}")
     if want_flag != P_OVERFLOW:
         base = meta.pagebase
         if (h.lower & 1 or h.lower < meta.header_size - base or h.lower > h.upper
@@ -340,8 +432,10 @@ def branch_children(page: bytes, meta: MetaInfo, pgno: int) -> np.ndarray:
     """Child page numbers (int64) of a branch page, in key order."""
     h = check_page(page, meta, pgno, P_BRANCH)
     ptr = node_pointers(page, meta, pgno, h)
-    if len(ptr) == 0:
-        raise _fail(meta.path, pgno, "branch page has no nodes")
+    if len(ptr) < 2:
+        # LMDB merges a branch page that falls under two keys, and asserts on one it meets.
+        raise _fail(meta.path, pgno, f"branch page has {len(ptr)} node(s); every branch page of "
+                                     "an LMDB main DB has at least 2")
     lo, hi, fl, ksize = _u16_fields(page, ptr)
     end = ptr + 8 + ksize
     if (end > meta.psize).any():
@@ -388,12 +482,30 @@ def leaf_table(pages: np.ndarray, pgnos: np.ndarray, meta: MetaInfo) -> tuple[Le
     if bad.any():
         i = int(np.argmax(bad))
         raise _fail(meta.path, int(pgnos[i]), f"expected a leaf page, flags are {int(flags[i]):#x}")
+    if meta.format_version == 1:
+        bad = (flags & P_DIRTY) != 0
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise _fail(meta.path, int(pgnos[i]), f"page has the DIRTY flag ({int(flags[i]):#x}), "
+                                                   "which a committed page never has")
+    if meta.format_version == 3:
+        txnids = np.ascontiguousarray(pages[:, 8:16]).view("<u8").ravel()
+        bad = txnids > meta.txnid
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise _fail(meta.path, int(pgnos[i]), f"page header says txnid {int(txnids[i])}, newer "
+                                                   f"than the database's {meta.txnid}")
     bad = (lower & 1).astype(bool) | (lower < hdr - base) | (lower > upper) | (upper + base > psize)
     if bad.any():
         i = int(np.argmax(bad))
         raise _fail(meta.path, int(pgnos[i]), f"bad node table bounds lower={int(lower[i])} "
                                                f"upper={int(upper[i])}")
     counts = (lower - (hdr - base)) // 2
+    bad = counts == 0
+    if bad.any():
+        # LMDB never keeps an empty leaf in a tree (an empty DB has no root), and its
+        # cursor would read node 0 of one anyway.
+        raise _fail(meta.path, int(pgnos[int(np.argmax(bad))]), "leaf page has no nodes")
     total = int(counts.sum())
     page_of = np.repeat(np.arange(npg, dtype=np.int64), counts)
     first = np.cumsum(counts) - counts
@@ -427,7 +539,14 @@ def leaf_table(pages: np.ndarray, pgnos: np.ndarray, meta: MetaInfo) -> tuple[Le
     if big.any():
         at = page_of[big] * psize + data_pos[big]
         raw = pages.reshape(-1)[at[:, None] + np.arange(8)]
-        ov[big] = np.ascontiguousarray(raw).view("<u8").ravel().astype(np.int64)
+        pg = np.ascontiguousarray(raw).view("<u8").ravel()
+        bad = (pg < 2) | (pg > meta.last_pgno)
+        if bad.any():
+            i = int(np.flatnonzero(big)[np.argmax(bad)])
+            raise _fail(meta.path, int(pgnos[page_of[i]]),
+                        f"leaf node {int(slot[i])}: overflow value at page {int(pg[np.argmax(bad)])} "
+                        f"is outside 2..{meta.last_pgno}")
+        ov[big] = pg.astype(np.int64)
     return LeafNodes(ptr, ksize, fl, size, data_pos, ov), counts
 
 

@@ -3,9 +3,11 @@
 The walk reads branch and leaf pages only, never the overflow pages holding
 the values, and is bounded by the meta's page counts and the file size, so a
 damaged file gives one :class:`~lmdbio.errors.LmdbFormatError`, never a hang.
-A :class:`Snapshot` holds an LMDB read transaction so a concurrent writer
-cannot recycle the pages an index points to. Nothing here imports ``lmdb``
-except :func:`open_snapshot`.
+:func:`check_tree` is the same walk as a cheap check before LMDB's own C code
+is handed a file (the mmap readers). A :class:`Snapshot` holds an LMDB read
+transaction so a concurrent writer cannot recycle the pages an index points
+to. Nothing here imports ``lmdb`` except :class:`Snapshot`. ``describe`` and
+``dump`` live in :mod:`lmdbio.inspect`.
 """
 
 from __future__ import annotations
@@ -14,14 +16,13 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
 
 import numpy as np
 
 from . import format as fmt
 from .errors import LmdbFormatError, SnapshotError
 
-__all__ = ["RecordIndex", "Snapshot", "build_index", "open_snapshot", "describe", "dump"]
+__all__ = ["RecordIndex", "Snapshot", "build_index", "check_tree", "open_snapshot"]
 
 # Leaf pages decoded per numpy batch: bounds memory (psize * batch) and keeps arrays large.
 _LEAF_BATCH = 2048
@@ -120,15 +121,18 @@ def _walk(fd: int, meta: fmt.MetaInfo) -> RecordIndex:
     if len(leaves) != meta.leaf_pages:
         raise fmt._fail(name, meta.root, f"walk found {len(leaves)} leaf pages, meta says "
                                          f"{meta.leaf_pages} (damaged tree or meta)")
-    dup = np.intersect1d(leaves, np.fromiter(visited, np.int64, len(visited)))
-    if len(dup) or len(np.unique(leaves)) != len(leaves):
-        bad = int(dup[0]) if len(dup) else int(leaves[np.argmax(np.bincount(leaves).take(leaves) > 1)])
-        raise fmt._fail(name, bad, "page is reached twice (a cycle or shared child)")
-    bad = (leaves < 2) | (leaves > meta.last_pgno) | (leaves >= meta.file_pages)
+    bad = (leaves < 2) | (leaves > meta.last_pgno)
     if bad.any():
         i = int(np.argmax(bad))
-        raise fmt._fail(name, int(leaves[i]), f"leaf page number is outside 2..{meta.last_pgno} "
-                                              f"(file has {meta.file_pages} pages)")
+        raise fmt._fail(name, int(leaves[i]), f"leaf page number is outside 2..{meta.last_pgno}")
+    bad = leaves >= meta.file_pages
+    if bad.any():
+        raise fmt._fail(name, int(leaves[int(np.argmax(bad))]), fmt.past_end(meta))
+    dup = np.intersect1d(leaves, np.fromiter(visited, np.int64, len(visited)))
+    uniq, seen = np.unique(leaves, return_counts=True)
+    if len(dup) or len(uniq) != len(leaves):
+        bad = int(dup[0]) if len(dup) else int(uniq[np.argmax(seen > 1)])
+        raise fmt._fail(name, bad, "page is reached twice (a cycle or shared child)")
 
     psize, hdr = meta.psize, meta.header_size
     offs, sizes, counts = [], [], []
@@ -138,7 +142,7 @@ def _walk(fd: int, meta: fmt.MetaInfo) -> RecordIndex:
         raw = b"".join(_pread_pages(fd, meta, chunk))
         pages = np.frombuffer(raw, dtype=np.uint8).reshape(len(chunk), psize)
         nodes, cnt = fmt.leaf_table(pages, chunk, meta)
-        big = nodes.ov_pgno >= 0
+        big = (nodes.flags & fmt.F_BIGDATA) != 0
         page_start = np.repeat(chunk, cnt) * psize
         off = np.where(big, nodes.ov_pgno * psize + hdr, page_start + nodes.data_pos)
         if big.any():
@@ -147,11 +151,13 @@ def _walk(fd: int, meta: fmt.MetaInfo) -> RecordIndex:
             end = ov + npages - 1
             badov = (ov < 2) | (end > meta.last_pgno) | (end >= meta.file_pages)
             if badov.any():
-                i = int(np.flatnonzero(big)[np.argmax(badov)])
-                pg = int(np.repeat(chunk, cnt)[i])
-                raise fmt._fail(name, pg, f"overflow value at pages {int(ov[np.argmax(badov)])}.."
-                                          f"{int(end[np.argmax(badov)])} lies outside 2..{meta.last_pgno} "
-                                          f"(file has {meta.file_pages} pages)")
+                j = int(np.argmax(badov))
+                pg = int(np.repeat(chunk, cnt)[int(np.flatnonzero(big)[j])])
+                where = (f"lies outside 2..{meta.last_pgno}" if end[j] > meta.last_pgno or ov[j] < 2
+                         else f"ends past the end of the file ({meta.file_pages} pages of "
+                              f"{meta.psize} bytes); the file is truncated")
+                raise fmt._fail(name, pg, f"overflow value at pages {int(ov[j])}..{int(end[j])} "
+                                          f"{where}")
             ov_total += int(npages.sum())
         offs.append(off)
         sizes.append(nodes.size)
@@ -185,7 +191,8 @@ def _pread_pages(fd: int, meta: fmt.MetaInfo, pgnos: np.ndarray) -> list[bytes]:
             j += 1
         buf = os.pread(fd, psize * (j - i), p[i] * psize)
         if len(buf) != psize * (j - i):
-            raise fmt._fail(meta.path, p[i], "file ends inside the page; the file is truncated")
+            raise fmt._fail(meta.path, p[i], "the file ends inside the page (it shrank while "
+                                             "being read); the file is truncated")
         out.append(buf)
         i = j
     return out
@@ -218,6 +225,42 @@ def build_index(path, *, snapshot: Snapshot | None = None) -> RecordIndex:
         os.close(fd)
     index.path = f
     return index
+
+
+def check_tree(path, *, retries: int = 20) -> fmt.MetaInfo:
+    """Check the whole main DB tree the way :func:`build_index` walks it; returns the meta.
+
+    Call this before handing a file to LMDB's C code: a cursor there trusts
+    every page it meets, and asserts (kills the process) on, for example, a
+    branch page where a leaf should be, or reads past the file on a damaged
+    node. The walk reads the branch and leaf pages only (for a 60,000-record
+    cifar10 file, a few hundred pages), bounded by the meta's page counts.
+
+    Without a read transaction a live writer may recycle pages under the
+    walk, so a failure is believed only when the meta's txnid did not change
+    meanwhile; otherwise the walk is retried on the new version.
+
+    Raises:
+        LmdbFormatError: naming the file, the page and what is wrong.
+        SnapshotError: a writer committed during every retry.
+    """
+    f = fmt.db_file(path)
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        for _ in range(retries + 1):
+            meta = fmt.read_meta(fd, name=str(f))
+            try:
+                _walk(fd, meta)
+                return meta
+            except LmdbFormatError as exc:
+                # Pages of the tree a meta names are only rewritten after two more commits.
+                if fmt.read_meta(fd, name=str(f)).txnid == meta.txnid:
+                    raise
+                last = exc
+        raise SnapshotError(f"{f}: a writer committed during each of {retries + 1} checks of the "
+                            f"tree (last problem seen: {last}); try again when it writes less")
+    finally:
+        os.close(fd)
 
 
 def _with_path(meta: fmt.MetaInfo, path: str) -> fmt.MetaInfo:
@@ -271,16 +314,28 @@ class Snapshot:
     """
 
     def __init__(self, path, *, retries: int = 20):
+        import lmdb
+
         self.path = fmt.db_file(path)
         self.closed = False
         meta = fmt.read_meta(self.path)
         lib_version = 1 if meta.format_version == 3 else 0
         subdir = self.path.name == "data.mdb"
         where = str(self.path.parent if subdir else self.path)
-        self._key, self._env, self.locked = _env_acquire(where, subdir, lib_version)
+        try:
+            self._key, self._env, self.locked = _env_acquire(where, subdir, lib_version)
+        except lmdb.Error as exc:
+            from .io import lmdb_error
+
+            raise lmdb_error(exc, self.path, "opening a snapshot") from exc
         try:
             for _ in range(retries):
-                txn = self._env.begin(buffers=True)
+                try:
+                    txn = self._env.begin(buffers=True)
+                except lmdb.Error as exc:
+                    from .io import lmdb_error
+
+                    raise lmdb_error(exc, self.path, "beginning a read transaction") from exc
                 tid = txn.id()
                 found = [m for m in fmt.meta_candidates(self.path) if m.txnid == tid]
                 if found:
@@ -340,64 +395,10 @@ def open_snapshot(path) -> Snapshot:
     return Snapshot(path)
 
 
-def describe(path) -> dict:
-    """Facts about an LMDB file for ``lmdbio info`` (our parser only; walks the tree to check it)."""
-    from .provenance import provenance_status
+def __getattr__(name):
+    # describe/dump moved to lmdbio.inspect (so index -> provenance is one way); old imports work.
+    if name in ("describe", "dump"):
+        from . import inspect
 
-    f = fmt.db_file(path)
-    meta = fmt.read_meta(f)
-    index = build_index(f)
-    used = meta.branch_pages + meta.leaf_pages + meta.overflow_pages
-    return {
-        "path": str(f),
-        "format": meta.format_name,
-        "data_version": meta.format_version,
-        "page_size": meta.psize,
-        "page_header_bytes": meta.header_size,
-        "entries": meta.entries,
-        "depth": meta.depth,
-        "pages": {"meta": 2, "branch": meta.branch_pages, "leaf": meta.leaf_pages,
-                  "overflow": meta.overflow_pages,
-                  "free_or_other_db": meta.last_pgno + 1 - 2 - used,
-                  "last_pgno": meta.last_pgno, "in_file": meta.file_pages},
-        "pages_read_to_index": index.pages_read,
-        "values_inline": int((~index.overflow).sum()),
-        "value_bytes": int(index.sizes.sum(dtype=np.uint64)),
-        "txnid": meta.txnid,
-        "file_size": meta.file_size,
-        "mapsize": meta.mapsize,
-        "provenance": provenance_status(f),
-    }
-
-
-_DB_FLAG_NAMES = ((0x02, "reversekey"), (0x04, "dupsort"), (0x08, "integerkey"),
-                  (0x10, "dupfixed"), (0x20, "integerdup"), (0x40, "reversedup"))
-
-
-def dump(path, stream: TextIO) -> None:
-    """Write the main DB in ``mdb_dump``'s bytevalue format, using only our parser."""
-    f = fmt.db_file(path)
-    index = build_index(f)
-    meta = index.meta
-    head = ["VERSION=3", "format=bytevalue", "type=btree", f"mapsize={meta.mapsize}",
-            "maxreaders=126"]
-    head += [f"{name}=1" for bit, name in _DB_FLAG_NAMES if meta.db_flags & bit]
-    head += [f"db_pagesize={meta.psize}", "HEADER=END"]
-    stream.write("\n".join(head) + "\n")
-    fd = os.open(f, os.O_RDONLY)
-    try:
-        per = 256
-        for s in range(0, len(index), per):
-            keys = index.keys(s, s + per)
-            lines = []
-            for j, key in enumerate(keys):
-                off, size = int(index.offsets[s + j]), int(index.sizes[s + j])
-                value = os.pread(fd, size, off)
-                if len(value) != size:
-                    raise LmdbFormatError(f"{f}: record {s + j}: file ends inside the value "
-                                          f"({size} bytes at offset {off}); the file is truncated")
-                lines.append(f" {key.hex()}\n {value.hex()}\n")
-            stream.write("".join(lines))
-    finally:
-        os.close(fd)
-    stream.write("DATA=END\n")
+        return getattr(inspect, name)
+    raise AttributeError(f"module 'lmdbio.index' has no attribute {name!r}")

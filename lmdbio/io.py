@@ -3,13 +3,44 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 
-from .errors import LmdbioError
+from .errors import LmdbFormatError, LmdbioError
 from .waiting import wait_request
 
-__all__ = ["plan_extents", "read_extents", "copy_values", "CursorWalker", "positions_runs", "Stagger"]
+__all__ = ["plan_extents", "read_extents", "copy_values", "CursorWalker", "positions_runs", "Stagger",
+           "lmdb_error"]
+
+# py-lmdb errors that mean the file's pages are not what LMDB expects.
+_LMDB_FORMAT_ERRORS = ("CorruptedError", "PageNotFoundError", "BadValsizeError", "CursorFullError",
+                       "InvalidError", "VersionMismatchError", "BadTxnError", "IncompatibleError",
+                       "PanicError", "BadChecksumError", "ProblemError", "BadDbiError",
+                       "PageFullError")
+
+
+def lmdb_error(exc: Exception, path, doing: str) -> LmdbioError:
+    """An LmdbioError for a py-lmdb error met while ``doing`` something with ``path``.
+
+    Damage (corrupted or missing pages, bad sizes, wrong version) becomes an
+    :class:`LmdbFormatError`; anything else (reader table full, map resized,
+    lock file trouble) a plain :class:`LmdbioError`. Both name the file and
+    what to do.
+    """
+    import lmdb
+
+    kinds = tuple(getattr(lmdb, n) for n in _LMDB_FORMAT_ERRORS if hasattr(lmdb, n))
+    what = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    if isinstance(exc, kinds):
+        err = LmdbFormatError(f"{path}: LMDB reports a damaged file while {doing} ({what}); "
+                              f"check it with `lmdbio info {path}` and restore or rebuild the "
+                              "database")
+    else:
+        err = LmdbioError(f"{path}: LMDB failed while {doing} ({what}); check the file, its "
+                          "directory's permissions and other processes using it, then retry")
+    err.__cause__ = exc
+    return err
 
 
 def positions_runs(start: int, count: int, n: int) -> list[tuple[int, int]]:
@@ -109,13 +140,27 @@ class CursorWalker:
     page faults happen.
     """
 
-    def __init__(self, env, n: int):
+    def __init__(self, env, n: int, path=None):
+        import lmdb
+
         self.env = env
         self.n = n
-        self.txn = env.begin(buffers=True)
-        self.cursor = self.txn.cursor()
-        if not self.cursor.first():
-            raise LmdbioError("the database has no records")
+        if path is None:
+            where = Path(env.path())
+            path = where / "data.mdb" if where.is_dir() else where
+        self.path = path
+        self._lmdb_error = lmdb.Error
+        self.txn = self.cursor = None
+        try:
+            self.txn = env.begin(buffers=True)
+            self.cursor = self.txn.cursor()
+            found = self.cursor.first()
+        except lmdb.Error as exc:
+            self.close()
+            raise lmdb_error(exc, self.path, "opening a cursor") from exc
+        if not found:
+            self.close()
+            raise LmdbioError(f"{self.path}: the database has no records")
         self.pos = 0
         self.walked = 0
 
@@ -123,16 +168,24 @@ class CursorWalker:
         """Walk ``next()`` until the cursor is on record ``target`` (mod n)."""
         steps = (target - self.pos) % self.n
         nxt, first = self.cursor.next, self.cursor.first
-        for _ in range(steps):
-            if not nxt():
-                first()
+        try:
+            for _ in range(steps):
+                if not nxt():
+                    first()
+        except self._lmdb_error as exc:
+            raise lmdb_error(exc, self.path, f"walking the cursor to record {target % self.n}") from exc
         self.pos = target % self.n
         self.walked += steps
 
     def seek_key(self, key: bytes, pos: int) -> None:
         """Position on ``key`` (record ``pos``): a B-tree descent, DM's portable cursor."""
-        if not self.cursor.set_key(key):
-            raise LmdbioError(f"portable cursor key {key!r} is not in the database")
+        try:
+            found = self.cursor.set_key(key)
+        except self._lmdb_error as exc:
+            raise lmdb_error(exc, self.path, f"seeking key {key!r}") from exc
+        if not found:
+            raise LmdbioError(f"{self.path}: portable cursor key {key!r} is not in the database "
+                              "(the file changed or is damaged)")
         self.pos = pos % self.n
 
     def take(self, count: int) -> list:
@@ -140,20 +193,30 @@ class CursorWalker:
         out = []
         cur = self.cursor
         append, value, nxt, first = out.append, cur.value, cur.next, cur.first
-        for _ in range(count):
-            append(value())
-            if not nxt():
-                first()
+        try:
+            for _ in range(count):
+                append(value())
+                if not nxt():
+                    first()
+        except self._lmdb_error as exc:
+            raise lmdb_error(exc, self.path, f"reading record {(self.pos + len(out)) % self.n}") from exc
         self.pos = (self.pos + count) % self.n
         self.walked += count
         return out
 
     def key(self) -> bytes:
-        return bytes(self.cursor.key())
+        try:
+            return bytes(self.cursor.key())
+        except self._lmdb_error as exc:
+            raise lmdb_error(exc, self.path, "reading the cursor's key") from exc
 
     def close(self) -> None:
-        self.cursor.close()
-        self.txn.abort()
+        if self.cursor is not None:
+            self.cursor.close()
+            self.cursor = None
+        if self.txn is not None:
+            self.txn.abort()
+            self.txn = None
 
 
 class Stagger:

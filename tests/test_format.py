@@ -9,10 +9,11 @@ import struct
 import numpy as np
 import pytest
 
-from corrupt_helpers import HDR, copy_db, make_db, patch, read_at
+from corrupt_helpers import HDR, copy_db, lmdb_items, make_db, patch, read_at
 from lmdbio import format as fmt
 from lmdbio.errors import LmdbFormatError, LmdbioError
-from lmdbio.index import build_index, dump
+from lmdbio.index import build_index
+from lmdbio.inspect import dump
 
 PS = 4096
 
@@ -97,8 +98,19 @@ def test_root_past_end(damaged):
 
 def test_last_page_past_file(damaged):
     _, path, idx = damaged
-    patch(path, meta_offset(idx) + 120, struct.pack("<Q", idx.meta.file_pages + 5))
+    patch(path, meta_offset(idx) + 120, struct.pack("<Q", idx.meta.mapsize // PS + 5))
     expect_error(path, "truncated")
+
+
+def test_unwritten_free_pages_at_the_end(damaged):
+    """LMDB does not write pages a transaction allocated and freed again, so the last page
+    may lie past the end of the file (seen beside a live writer); LMDB reads such a file."""
+    f, path, idx = damaged
+    patch(path, meta_offset(idx) + 120, struct.pack("<Q", idx.meta.file_pages + 5))
+    got = build_index(path)
+    assert got.meta.last_pgno == idx.meta.file_pages + 5
+    assert got.offsets.tolist() == idx.offsets.tolist()
+    assert len(lmdb_items(path.parent, f)) == len(idx)
 
 
 def test_bad_depth(damaged):
@@ -291,3 +303,84 @@ def test_random_bit_flips(clean, tmp_path):
             continue
         assert len(got) == len(idx) and len(got.keys()) == len(idx)
     assert errors > 20  # most structural damage is caught
+
+
+# ------------------------------------------------------------------ what LMDB's C code trusts
+# Each of these files would make LMDB assert, read past a page, or refuse to open; the walk
+# (and so check_tree, run before the mmap readers hand a file to LMDB) refuses it first.
+
+def _leaf_of(idx, i):
+    j = int(np.searchsorted(idx.leaf_starts, i, side="right")) - 1
+    return int(idx.leaf_pgnos[j]), i - int(idx.leaf_starts[j])
+
+
+def test_branch_page_with_one_node(damaged):
+    _, path, idx = damaged
+    child = int(root_children(path, idx)[0])
+    lower = idx.meta.header_size - idx.meta.pagebase + 2       # one node pointer
+    patch(path, child * PS + idx.meta.header_size - 4, struct.pack("<H", lower))
+    expect_error(path, f"page {child}", "at least 2")
+
+
+def test_leaf_page_with_no_nodes(damaged):
+    _, path, idx = damaged
+    leaf = int(idx.leaf_pgnos[3])
+    patch(path, leaf * PS + idx.meta.header_size - 4,
+          struct.pack("<H", idx.meta.header_size - idx.meta.pagebase))
+    expect_error(path, f"page {leaf}", "no nodes")
+
+
+def test_branch_page_where_a_leaf_should_be(damaged):
+    """LMDB's cursor asserts IS_LEAF (SIGABRT) on this one."""
+    _, path, idx = damaged
+    leaf, branch = int(idx.leaf_pgnos[4]), int(root_children(path, idx)[0])
+    page = bytearray(read_at(path, branch * PS, PS))
+    page[0:8] = struct.pack("<Q", leaf)
+    patch(path, leaf * PS, bytes(page))
+    expect_error(path, f"page {leaf}", "expected a leaf page")
+
+
+def test_page_written_but_never_committed(damaged):
+    """A DIRTY flag (0.9) or a txnid newer than the meta's (1.0): py-lmdb's LMDB refuses it."""
+    f, path, idx = damaged
+    leaf = int(idx.leaf_pgnos[2])
+    if f == "0.9":
+        patch(path, leaf * PS + 10, struct.pack("<H", fmt.P_LEAF | fmt.P_DIRTY))
+        expect_error(path, f"page {leaf}", "DIRTY")
+    else:
+        patch(path, leaf * PS + 8, struct.pack("<Q", idx.meta.txnid + 1))
+        expect_error(path, f"page {leaf}", "newer than the database")
+
+
+def test_overflow_page_number_with_the_top_bit_set(damaged):
+    """A value's first overflow page >= 2**63 must not turn into "inline at a negative offset"."""
+    _, path, idx = damaged
+    i = int(np.flatnonzero(idx.overflow)[3])
+    leaf, slot = _leaf_of(idx, i)
+    node = node_ptr_offset(idx, leaf, slot)
+    ksize = struct.unpack("<H", read_at(path, node + 6, 2))[0]
+    data = node + 8 + ksize + (ksize & 1 if idx.meta.format_version == 3 else 0)
+    patch(path, data, struct.pack("<Q", 2 ** 64 - 1))
+    expect_error(path, f"page {leaf}", "overflow value")
+
+
+@pytest.mark.parametrize("field, value, words", [
+    (128, struct.pack("<Q", 2 ** 63 + 5), "transaction id"),       # txnid
+    (72 + 0, struct.pack("<I", PS), "key size field"),              # main md_pad
+    (72 + 4, struct.pack("<H", 0x10), "need DUPSORT"),              # main DUPFIXED alone
+    (24 + 4, struct.pack("<H", 0x08 | 0x20), "need DUPSORT"),       # free DB INTEGERDUP alone
+    (72 + 4, struct.pack("<H", 0x100), "bits LMDB never writes"),
+    (24 + 40, struct.pack("<Q", 1), "free-page DB root"),           # free root on a meta page
+    (24 + 16, struct.pack("<Q", 10 ** 6), "claim"),                 # free DB leaf pages
+])
+def test_meta_fields_lmdb_checks_at_open(damaged, field, value, words):
+    _, path, idx = damaged
+    patch(path, meta_offset(idx) + field, value)
+    expect_error(path, f"page {idx.meta.meta_page}", words)
+
+
+def test_stray_magic_before_the_meta(damaged):
+    """py-lmdb picks its engine from the first magic in the first 64 bytes."""
+    _, path, idx = damaged
+    patch(path, 8, struct.pack("<II", fmt.MAGIC, 3 if idx.meta.format_version == 1 else 1))
+    expect_error(path, "page 0", "stray meta magic")
