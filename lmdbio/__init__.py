@@ -8,12 +8,12 @@ the same records.
 
 from .errors import (ConfigurationError, DatasetError, LmdbFormatError, LmdbioError,
                      ProvenanceError, SnapshotError)
-from .options import VARIANTS, Options, parse_variant
+from .options import EXTRA_VARIANTS, VARIANTS, Options, parse_variant
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "VARIANTS", "Options", "parse_variant", "Reader", "Batch", "make_dataset",
+    "VARIANTS", "EXTRA_VARIANTS", "Options", "parse_variant", "Reader", "Batch", "make_dataset",
     "LmdbioError", "LmdbFormatError", "ProvenanceError", "ConfigurationError",
     "DatasetError", "SnapshotError",
 ]

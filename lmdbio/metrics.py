@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import ctypes.util
 import mmap
 import os
@@ -12,7 +13,7 @@ import time
 import numpy as np
 
 __all__ = ["PhaseRecorder", "proc_io", "evict", "residency", "resident_pages", "rusage_snapshot", "totals_snapshot",
-           "totals_row"]
+           "totals_row", "host_meta", "git_commit", "results_meta"]
 
 _RUSAGE_FIELDS = ("ru_utime", "ru_stime", "ru_nvcsw", "ru_nivcsw", "ru_minflt", "ru_majflt")
 
@@ -199,3 +200,80 @@ def residency(path: str | os.PathLike) -> float:
     """Fraction of a file's pages in the page cache."""
     pages = resident_pages(path)
     return float(pages.mean()) if len(pages) else 0.0
+
+
+# --------------------------------------------------------------------------- where results were made
+
+
+def git_commit(repo: str | os.PathLike | None = None) -> str:
+    """The checkout's commit, with ``-dirty`` when tracked files changed; "unknown" outside git."""
+    import subprocess
+    from pathlib import Path
+
+    here = Path(repo) if repo else Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("-dirty" if dirty else "") if sha else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+@functools.lru_cache(maxsize=1)
+def _mpi_library() -> str:
+    """The MPI library's version string, without initializing MPI in this process."""
+    import subprocess
+    import sys
+
+    if "mpi4py.MPI" in sys.modules:
+        from mpi4py import MPI
+
+        return MPI.Get_library_version().strip()
+    try:
+        out = subprocess.run([sys.executable, "-c",
+                              "from mpi4py import MPI; print(MPI.Get_library_version())"],
+                             capture_output=True, text=True, timeout=60)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def host_meta() -> dict:
+    """Where results were made: host, cores, memory, OS and software versions (one flat dict).
+
+    The one schema for every results folder (``meta.json``'s ``host``), written
+    by the bench and the notebook runner alike.
+    """
+    import platform
+    import socket
+    from importlib import metadata
+
+    meta = {"hostname": socket.gethostname(), "cores": os.cpu_count(),
+            "machine": platform.machine(), "os": platform.platform(),
+            "python": platform.python_version(), "numpy": np.__version__}
+    try:
+        meta["memory_bytes"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        meta["memory_bytes"] = None
+    for dist, key in (("lmdb", "py_lmdb"), ("mpi4py", "mpi4py"), ("mpich", "mpich_wheel"),
+                      ("pandas", "pandas")):
+        try:
+            meta[key] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    try:
+        import lmdb
+
+        meta["liblmdb"] = ".".join(map(str, lmdb.version()))
+    except ImportError:
+        pass
+    meta["mpi"] = _mpi_library()
+    return meta
+
+
+def results_meta(config: dict) -> dict:
+    """meta.json of a results folder: ``host`` (:func:`host_meta`), commit, time, config."""
+    return {"host": host_meta(), "git_commit": git_commit(),
+            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config}

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from .errors import ConfigurationError
 
-__all__ = ["VARIANTS", "Options", "parse_variant"]
+__all__ = ["VARIANTS", "EXTRA_VARIANTS", "Options", "parse_variant", "choose_auto",
+           "filesystem_type"]
 
 VARIANTS = (
     "lmdb",
@@ -18,7 +19,12 @@ VARIANTS = (
     "lmdbio-lmm-dio-prov-coal-stag",
 )
 
-LOCATES = ("walk", "ring", "index", "provenance")
+#: Variants beyond the papers: the PyTorch-Dataset way of reading LMDB (``lmdb-get``:
+#: every rank ``txn.get``s its own keys), every rank ``pread``-ing its own records
+#: (``lmdbio-direct``), and ``auto``, which picks by file system (see :func:`choose_auto`).
+EXTRA_VARIANTS = ("lmdb-get", "lmdbio-direct", "auto")
+
+LOCATES = ("walk", "ring", "index", "provenance", "key")
 FETCHES = ("mmap", "pread")
 
 
@@ -28,8 +34,11 @@ class Options:
 
     Attributes:
         localized: LMM. Readers per node read for their group and share the
-            records through MPI-3 shared memory. False is Caffe's pattern:
-            every rank reads its own records.
+            records through MPI-3 shared memory. False: every rank reads its
+            own records (:mod:`lmdbio.perrank`): Caffe's cursor walk (``lmdb``),
+            ``txn.get`` per key (``lmdb-get``: locate ``key``) or direct
+            reads (``lmdbio-direct``: locate ``index``/``provenance``, fetch
+            ``pread``, coalescing a rank's own batches).
         locate: how a reader finds its records: ``walk`` (cursor ``next()``
             from where it is, skipping other readers' records), ``ring`` (DM's
             portable-cursor ring: walk only its own records), ``index``
@@ -74,11 +83,15 @@ class Options:
             raise ConfigurationError("speculative page prefetch (DM) applies to mmap reads only")
         if self.coalesce_bytes and self.fetch != "pread":
             raise ConfigurationError("I/O coalescing (COAL) needs direct reads (DIO): set fetch='pread'")
-        if not self.localized and (self.locate != "walk" or self.fetch != "mmap" or self.speculative
-                                   or self.coalesce_bytes or self.stagger_size):
+        if self.locate == "key" and (self.localized or self.fetch != "mmap"):
+            raise ConfigurationError("locate='key' (txn.get per record) is the per-rank lmdb-get "
+                                     "pattern: use localized=False, fetch='mmap'")
+        if not self.localized and (self.locate == "ring" or self.speculative or self.stagger_size):
             raise ConfigurationError(
-                "the LMDB baseline (localized=False) is Caffe's plain pattern; the optimizations "
-                "need localized readers (LMM)")
+                "per-rank reading (localized=False: the lmdb and lmdb-get baselines, lmdbio-direct) "
+                "has no cursor ring, speculation or staggering; those need localized readers (LMM)")
+        if not self.localized and self.coalesce_bytes and self.fetch != "pread":
+            raise ConfigurationError("coalescing needs direct reads (fetch='pread')")
 
     @property
     def staggered(self) -> bool:
@@ -88,7 +101,7 @@ class Options:
     def name(self) -> str:
         """The paper's name for these options, or a descriptive one."""
         if not self.localized:
-            return "lmdb"
+            return {"walk": "lmdb", "key": "lmdb-get"}.get(self.locate, "lmdbio-direct")
         parts = ["lmdbio", "lmm"]
         if self.locate == "ring":
             parts.append("dm")
@@ -120,11 +133,20 @@ def parse_variant(name: str, *, coalesce_bytes: int | None = None,
     key = name.strip().lower()
     if key == "lmdb":
         return Options(localized=False)
+    if key == "lmdb-get":
+        return Options(localized=False, locate="key")
+    if key == "lmdbio-direct":
+        # The index; the Reader uses the provenance sidecar instead where it is current.
+        return Options(localized=False, locate="index", fetch="pread",
+                       coalesce_bytes=coalesce_bytes or DEFAULT_COALESCE_BYTES)
+    if key == "auto":
+        raise ConfigurationError("variant 'auto' is chosen per file system when the Reader opens "
+                                 "the database (lmdbio.options.choose_auto); it has no fixed Options")
     parts = key.split("-")
     if parts[0] != "lmdbio" or len(parts) < 2 or any(p not in _TAGS for p in parts[1:]) \
             or len(set(parts[1:])) != len(parts) - 1:
         raise ConfigurationError(
-            f"unknown variant {name!r}; use one of {', '.join(VARIANTS)} "
+            f"unknown variant {name!r}; use one of {', '.join(VARIANTS + EXTRA_VARIANTS)} "
             f"(or 'lmdbio-' followed by tags from {', '.join(_TAGS)})")
     tags = set(parts[1:])
     if "lmm" not in tags:
@@ -147,3 +169,71 @@ def parse_variant(name: str, *, coalesce_bytes: int | None = None,
         stagger_size=(stagger_size or None) if "stag" in tags else 0,
     )
     return opts
+
+
+# --------------------------------------------------------------------------- variant="auto"
+
+#: statfs f_type magic numbers (linux/magic.h and the file systems' sources) of
+#: network and parallel file systems, where the full LMDBIO stack pays off.
+SHARED_FS = {
+    0x6969: "nfs", 0x47504653: "gpfs", 0x0BD00BD0: "lustre", 0x19830326: "beegfs",
+    0x65735546: "fuse", 0xFF534D42: "cifs", 0xFE534D42: "smb2", 0x00C36400: "ceph",
+    0x73757245: "coda", 0x564C: "ncp", 0x013111A8: "ibrix", 0x61636673: "acfs",
+}
+#: Local file systems (and tmpfs), where each rank reading directly is fastest.
+LOCAL_FS = {
+    0xEF53: "ext2/3/4", 0x58465342: "xfs", 0x9123683E: "btrfs", 0x01021994: "tmpfs",
+    0x794C7630: "overlayfs", 0x2FC12FC1: "zfs", 0xF2F52010: "f2fs", 0x3153464A: "jfs",
+    0x52654973: "reiserfs", 0x4D44: "vfat", 0x5346544E: "ntfs", 0x858458F6: "ramfs",
+}
+#: What ``auto`` reads with on each kind of file system.
+AUTO_LOCAL = "lmdbio-direct"
+AUTO_SHARED = "lmdbio-lmm-dio-prov-coal-stag"
+AUTO_SHARED_NO_PROV = "lmdbio-lmm-dio-coal-stag"
+
+
+def filesystem_type(path) -> tuple[int, str]:
+    """``(f_type, name)`` of the file system holding ``path``, from ``statfs(2)``.
+
+    The name is ``"unknown"`` for a magic number neither table knows.
+    """
+    import ctypes
+    import ctypes.util
+    import os
+
+    class _StatFs(ctypes.Structure):
+        _fields_ = [("f_type", ctypes.c_long), ("f_rest", ctypes.c_long * 15)]
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    buf = _StatFs()
+    if libc.statfs(os.fsencode(str(path)), ctypes.byref(buf)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"statfs({path}) failed: {os.strerror(err)}")
+    magic = buf.f_type & 0xFFFFFFFF
+    return magic, SHARED_FS.get(magic) or LOCAL_FS.get(magic) or "unknown"
+
+
+def choose_auto(path, *, provenance: bool | None = None) -> tuple[str, str]:
+    """The variant ``auto`` reads ``path`` with, and why: ``(variant, reason)``.
+
+    Local file systems and tmpfs: :data:`AUTO_LOCAL` (every rank preads its
+    own records; nothing to gain from one reader per node when storage
+    serves small requests at memory speed). Network and parallel file
+    systems (NFS, GPFS, Lustre, BeeGFS, FUSE, ...): the full LMDBIO stack,
+    with PROV when the sidecar is current (``provenance``; checked when None).
+    An unknown file system counts as shared: the full stack is never much
+    slower there, per-rank reading on a shared one can be. Pass a variant
+    name instead of ``"auto"`` to override.
+    """
+    magic, fs = filesystem_type(path)
+    if magic in LOCAL_FS:
+        return AUTO_LOCAL, f"{fs} (f_type {magic:#x}) is local: every rank preads its own records"
+    if provenance is None:
+        from .provenance import provenance_status
+
+        provenance = provenance_status(path) == "present"
+    kind = "shared" if magic in SHARED_FS else "not known to be local"
+    variant = AUTO_SHARED if provenance else AUTO_SHARED_NO_PROV
+    why = "" if provenance else "; no current provenance sidecar, so no PROV"
+    return variant, (f"{fs} (f_type {magic:#x}) is {kind}: one reader per node, coalesced and "
+                     f"staggered requests{why}")

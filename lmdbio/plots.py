@@ -465,15 +465,33 @@ def scaling(summary: pd.DataFrame, meta: dict | None = None, metric: str = "wall
     return fig
 
 
-def speedup_table(summary: pd.DataFrame, metric: str = "wall_s") -> pd.DataFrame:
-    """Speedup of each variant over LMDB per process count: LMDB's time / the variant's."""
-    m = _ok(summary).groupby(["variant", "nprocs"])[metric].mean().unstack("nprocs")
-    if "lmdb" not in m.index:
+def speedup_table(summary: pd.DataFrame, metric: str = "records_per_s") -> pd.DataFrame:
+    """Speedup of each variant over LMDB per process count: the one bench definition.
+
+    :func:`lmdbio.bench.ratio_of_medians`: the variant's median ``metric``
+    over repeats / LMDB's, at the same point (dataset, cache, P, ...). A time
+    metric (``wall_s``) divides the other way round. Columns are ``P=n``,
+    preceded by dataset, cache or storage where the summary holds several.
+    """
+    from .bench.stats import ratio_of_medians
+
+    d = _ok(summary).copy()
+    if "lmdb" not in set(d["variant"]):
         raise ValueError("speedup_table needs the 'lmdb' variant in the summary")
-    sp = m.loc["lmdb"] / m
-    sp = sp.reindex([v for v in (*VARIANTS, "raw") if v in sp.index])
+    if metric not in d and metric == "records_per_s":
+        metric = "wall_s"
+    d["speedup"] = ratio_of_medians(d, "lmdb", metric, invert=metric.endswith("_s") and not metric.endswith("per_s")).to_numpy()
+    cols = [k for k in ("dataset_name", "cache", "storage") if k in d and d[k].nunique() > 1]
+    sp = d.groupby(["variant", *cols, "nprocs"])["speedup"].first().unstack([*cols, "nprocs"])
+    from .options import EXTRA_VARIANTS
+
+    sp = sp.reindex([v for v in (*VARIANTS, *EXTRA_VARIANTS, "auto", "raw") if v in sp.index])
     sp.index = [label(v) for v in sp.index]
-    sp.columns = [f"P={c}" for c in sp.columns]
+    if cols:
+        sp.columns = pd.MultiIndex.from_tuples([(*c[:-1], f"P={c[-1]}") for c in sp.columns],
+                                               names=[*cols, "P"])
+    else:
+        sp.columns = [f"P={c}" for c in sp.columns]
     return sp.round(2)
 
 

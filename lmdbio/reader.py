@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import logging
 import math
 import os
 import sys
@@ -12,15 +14,40 @@ import numpy as np
 from mpi4py import MPI
 
 from . import datum
-from .errors import LmdbioError
+from .errors import LmdbioError, PeerError, PeerTimeoutError, SnapshotError
 from .io import CursorWalker, Stagger, copy_values, plan_extents, positions_runs, read_extents
 from .metrics import PhaseRecorder, totals_row, totals_snapshot
-from .options import Options, parse_variant
+from .options import Options, choose_auto, parse_variant
+from .perrank import per_rank_strategy
 from .shm import GroupBuffer
-from .waiting import wait_request
-from .topology import Topology, make_topology
+from .waiting import completes_within, timeout, wait_request
+from .topology import Topology, make_topology, node_number
 
 __all__ = ["Reader", "Batch", "collective"]
+
+log = logging.getLogger("lmdbio")
+
+# Requests of exit agreements a rank gave up on (a peer never came): they and
+# their buffers must outlive the request, which MPI may still complete.
+_ABANDONED: list = []
+_WARNED_NOLOCK: set = set()
+
+# How long ranks that raised inside ``with Reader`` wait for each other before
+# a lone failure is handled by on_error (at most LMDBIO_TIMEOUT).
+EXIT_TIMEOUT = 10.0
+
+
+def _exit_timeout() -> float:
+    raw = os.environ.get("LMDBIO_EXIT_TIMEOUT", "").strip()
+    try:
+        value = float(raw) if raw else EXIT_TIMEOUT
+    except ValueError:
+        value = EXIT_TIMEOUT
+    return min(max(value, 0.1), timeout())
+
+
+def _default_on_error() -> str:
+    return os.environ.get("LMDBIO_ON_ERROR", "").strip().lower() or "abort"
 
 
 class Batch:
@@ -28,7 +55,9 @@ class Batch:
 
     ``batch[i]`` is a zero-copy memoryview of record i's value. Views into
     shared memory stay valid until this rank's second following
-    ``read_batch()``; copy what must live longer.
+    ``read_batch()``; copy what must live longer. ``close()`` never unmaps
+    memory a batch still views: the Reader's last batches stay readable
+    after it (their memory is freed by a later close of the same ranks).
     """
 
     __slots__ = ("buffer", "offsets", "sizes", "indices")
@@ -87,6 +116,34 @@ def collective(comm: MPI.Comm, fn: Callable, *args, **kwargs):
     return result
 
 
+def _lock_path(where: str, subdir: bool) -> str:
+    return os.path.join(where, "lock.mdb") if subdir else where + "-lock"
+
+
+def _warn_nolock(where: str) -> None:
+    if where not in _WARNED_NOLOCK:
+        _WARNED_NOLOCK.add(where)
+        log.warning("lmdbio: %s: cannot open LMDB's lock file (read-only?); reading without the "
+                    "reader lock: a concurrent writer could recycle pages this reader uses", where)
+
+
+def _lock_file_unusable(where: str, subdir: bool) -> bool:
+    """True if LMDB's lock file cannot be opened for writing (read-only media, no permission)."""
+    lock = _lock_path(where, subdir)
+    existed = os.path.exists(lock)
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        return exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM)
+    os.close(fd)
+    if not existed:
+        try:
+            os.unlink(lock)
+        except OSError:
+            pass
+    return False
+
+
 def _gcd_positions(n: int, batch: int, lo: int, count: int) -> np.ndarray:
     """Record positions a reader touches over all batches: p with (p - lo) mod g < count.
 
@@ -105,11 +162,41 @@ class Reader:
     Global batch t holds the records at positions ``(t*B + j) mod N`` in key
     order; rank r of P gets ``j`` in ``[r*B/P, (r+1)*B/P)``.
 
+    Snapshot: the Reader reads one version of the database, the one it opened
+    (every reader holds an LMDB read transaction, with LMDB's reader lock
+    unless the lock file cannot be opened, e.g. on read-only media). A writer
+    may append, overwrite or delete meanwhile; the Reader still delivers the
+    records of its snapshot (``n`` is the snapshot's entry count), or raises
+    an LmdbioError on every rank (PROV: a sidecar older than the snapshot).
+
+    Errors and liveness: every setup step is collective, so a setup error on
+    one rank raises on all. Waits for peers are bounded by ``LMDBIO_TIMEOUT``
+    seconds (default 120): a rank that stops calling :meth:`read_batch` (or
+    exits) makes its peers raise :class:`~lmdbio.errors.PeerTimeoutError`
+    naming it, and a rank that fails tells its reader group at once
+    (:class:`~lmdbio.errors.PeerError` there). When an exception (including
+    KeyboardInterrupt) leaves a ``with Reader(...)`` block, the ranks agree,
+    without blocking, for up to ``LMDBIO_EXIT_TIMEOUT`` seconds (default 10)
+    whether every rank is leaving too: if so the Reader closes cleanly and the
+    exception propagates on every rank (ranks that left without an error get
+    PeerError from close()). Only a rank that fails *alone* (the others do not
+    come) acts on ``on_error``: ``"abort"`` calls ``MPI_Abort`` so no rank
+    waits for ever; ``"raise"`` raises on that rank only and the others are
+    released by their own timeouts. Batches stay readable after
+    :meth:`close`: shared memory that a batch still views is kept mapped until
+    the process ends.
+
     Args:
-        path: LMDB directory or data.mdb file.
+        path: LMDB directory or data.mdb file. ``{node}`` in it is replaced by
+            the rank's node number (``rank // ranks_per_node`` for virtual
+            nodes, else the index of its shared-memory node), so each node
+            can read its own copy or mount (``"MNT/node{node}/cifar10"``).
         batch_size: global batch size B (a multiple of the number of ranks).
         comm: communicator (default COMM_WORLD).
-        variant: a name from ``lmdbio.VARIANTS`` (case-insensitive).
+        variant: a name from ``lmdbio.VARIANTS`` or ``lmdbio.EXTRA_VARIANTS``
+            (case-insensitive). ``"auto"`` picks by the file system the
+            database lives on (:func:`lmdbio.options.choose_auto`); the
+            choice is :attr:`variant`, the reason :attr:`auto_reason`.
         ranks_per_node: None for real nodes; k for virtual nodes of k ranks.
         readers_per_node: reader ranks per node.
         options: explicit :class:`Options` instead of ``variant``.
@@ -117,9 +204,12 @@ class Reader:
         stagger_size: STAG's readers per group (default half the readers).
         build_provenance: PROV builds a missing or stale sidecar instead of failing.
         measure: record per-phase timings for :meth:`stats`.
-        on_error: ``"abort"`` (default) ends the whole job when a read fails on
-            any rank; ``"raise"`` raises on the failing rank only (the others
-            may then wait forever: for single-rank use and debugging).
+        on_error: what a rank that fails alone does (see above): ``"abort"``
+            ends the whole job; ``"raise"`` raises on that rank only (the
+            others stop at their timeout). Default: ``$LMDBIO_ON_ERROR`` or
+            ``"abort"`` (ipyparallel engines set ``raise`` so one error never
+            kills the cluster). Outside a ``with`` block a failing
+            :meth:`read_batch` acts on it at once.
     """
 
     def __init__(self, path, batch_size: int, comm: MPI.Comm | None = None,
@@ -127,11 +217,15 @@ class Reader:
                  readers_per_node: int = 1, *, options: Options | None = None,
                  coalesce_bytes: int | None = None, stagger_size: int | None = None,
                  build_provenance: bool = False, measure: bool = True,
-                 on_error: str = "abort"):
+                 on_error: str | None = None):
         self.comm = comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank, self.nprocs = comm.rank, comm.size
         self._closed = True
+        self._in_with = False
+        if on_error is None:
+            on_error = _default_on_error()
         self._on_error = on_error
+        self.lock: bool | None = None   # LMDB reader lock held (None: this rank opens no env)
         self.rec = PhaseRecorder(self.rank, enabled=measure)
         self._totals0 = totals_snapshot()
         self._t = 0
@@ -151,15 +245,38 @@ class Reader:
                 raise ValueError(
                     f"batch_size {batch_size} does not divide among {self.nprocs} ranks; use a "
                     f"multiple of {self.nprocs} (e.g. {max(1, batch_size // self.nprocs) * self.nprocs})")
-            opts = options if options is not None else parse_variant(
-                variant, coalesce_bytes=coalesce_bytes, stagger_size=stagger_size)
+            from .format import db_file
+            where = str(path)
+            if "{node}" in where:
+                where = where.replace("{node}", str(node))
+            f = db_file(where)
+            auto = None
+            if options is None and isinstance(variant, str) and variant.strip().lower() == "auto":
+                auto = choose_auto(f)   # by the file system f lives on
+                opts = parse_variant(auto[0], coalesce_bytes=coalesce_bytes,
+                                     stagger_size=stagger_size)
+            else:
+                opts = options if options is not None else parse_variant(
+                    variant, coalesce_bytes=coalesce_bytes, stagger_size=stagger_size)
             if not isinstance(opts, Options):
                 raise TypeError("options must be an lmdbio.Options")
-            from .format import db_file
-            return opts, db_file(path)
+            return opts, f, auto
 
-        self.options, self.path = collective(comm, check_args)
+        # {node}: every rank takes part in finding node numbers if any rank needs them.
+        node = None
+        if comm.allreduce(1 if "{node}" in str(path) else 0, op=MPI.MAX):
+            node = collective(comm, node_number, comm, ranks_per_node)
+        self.options, self.path, auto = collective(comm, check_args)
+        #: variant="auto": why this variant was chosen ("" otherwise). Rank 0's choice holds
+        #: for every rank, so all read the same way.
+        self.auto_reason = ""
+        if comm.allreduce(auto is not None, op=MPI.LOR):
+            auto = comm.bcast(auto, root=0)
+            self.options = parse_variant(auto[0], coalesce_bytes=coalesce_bytes,
+                                         stagger_size=stagger_size)
+            self.auto_reason = f"auto: {auto[1]}"
         self.variant = self.options.name
+        self._strategy = None
         self.batch_size = int(batch_size)
         self.per_rank = self.batch_size // self.nprocs
         self._arange = np.arange(self.per_rank, dtype=np.int64)
@@ -196,13 +313,20 @@ class Reader:
         o = self.options
         comm = self.comm
         if not o.localized:
-            collective(comm, self._open_baseline)
+            # Every rank reads its own records: one strategy object (lmdbio.perrank).
+            self._strategy = per_rank_strategy(o)
+            self._open_agreed(lambda: self._strategy.open(self))
+            self._strategy.setup(self, row)
+            self.coalesce = self._strategy.coalesce
             return
         topo = self.topology
         self.group_size = topo.group_comm.size
         self.member = topo.group_comm.rank
         self.group_first = topo.group_ranks[0] * self.per_rank
         self.group_records = self.group_size * self.per_rank
+        if o.locate == "provenance" and build_provenance:
+            collective(comm, self._refresh_provenance)
+        self._open_agreed(self._open_reader if self.is_reader else (lambda: None))
         # COAL: batches per request, a power of two, from the mean record size.
         k = 1
         if o.coalesce_bytes:
@@ -210,25 +334,78 @@ class Reader:
             k = 2 ** max(0, int(math.floor(math.log2(max(1.0, o.coalesce_bytes / per_batch)))))
             k = max(1, min(k, max(1, self.n // self.batch_size)))
         self.coalesce = k
-        if o.locate == "provenance" and build_provenance:
-            collective(comm, self._refresh_provenance)
-        collective(comm, self._open_reader if self.is_reader else (lambda: None))
         if self.is_reader and o.staggered:
             size = o.stagger_size or max(1, topo.nreaders // 2)
             self._stagger = Stagger(topo.readers_comm, size)
         if o.locate == "index":
-            self._scatter_index(row)
+            # Collective over the whole communicator: non-readers learn of a failure too.
+            collective(comm, self._scatter_index, row)
         cap = int(self.group_records * k * self._mean_size * 1.25) + (64 << 10)
         # More slots for small chunks (a deeper pipeline), within about 64 MiB.
         nslots = int(min(16, max(GroupBuffer.MIN_SLOTS, (64 << 20) // cap)))
-        self._group_buf = GroupBuffer(topo.group_comm, self.group_records * k, cap, nslots)
+        self._group_buf = GroupBuffer(topo.group_comm, self.group_records * k, cap, nslots,
+                                      names=topo.group_ranks, batches_per_chunk=k)
 
-    def _open_baseline(self) -> None:
-        self._open_env()
-        self._walker = CursorWalker(self._env, self.n)
+    def _open_agreed(self, open_fn, tries: int = 20) -> None:
+        """Open the database on the ranks that read it, all at one snapshot. Collective.
+
+        Each opening rank holds a read transaction; their (txnid, entries)
+        must agree, or a writer committed between two ranks' opens: then all
+        close and try again. ``n`` is the snapshot's own entry count.
+        """
+        for _ in range(tries):
+            collective(self.comm, open_fn)
+            if self._snapshot is not None:
+                p = self._snapshot.path
+                where, subdir = (str(p.parent), True) if p.name == "data.mdb" else (str(p), False)
+                self.lock = bool(self._snapshot.locked) and os.path.exists(_lock_path(where, subdir))
+                if not self.lock:
+                    _warn_nolock(where)
+            ids = self.comm.allgather(collective(self.comm, self._snapshot_id))
+            got = {x for x in ids if x is not None}
+            if len(got) <= 1:
+                if got:
+                    self.txnid, n = got.pop()
+                    if n == 0:
+                        self._close_db()
+                        raise LmdbioError(f"{self.path} holds no records in the snapshot opened; "
+                                          "nothing to read")
+                    self.n = n
+                    if self._walker is not None:
+                        self._walker.n = n
+                return
+            self._close_db()
+            self.comm.Barrier()
+        raise SnapshotError(f"{self.path}: the ranks could not open one snapshot in {tries} tries "
+                            "(a writer commits too often); try again")
+
+    def _snapshot_id(self):
+        """(txnid, entries) of this rank's read transaction, or None if it holds none."""
+        if self._snapshot is not None:
+            return self._snapshot.txnid, self._snapshot.meta.entries
+        if self._walker is not None:
+            txn = self._walker.txn
+            return txn.id(), txn.stat(self._env.open_db(txn=txn))["entries"]
+        return None
+
+    def _close_db(self) -> None:
+        if self._walker is not None:
+            self._walker.close()
+            self._walker = None
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if self._snapshot is not None:
+            self._snapshot.close()
+            self._snapshot = None
 
     def _refresh_provenance(self) -> None:
-        if self.rank == 0:
+        # The first rank of each distinct file ({node} paths: one per node) refreshes it.
+        paths = self.comm.allgather(os.path.realpath(self.path))
+        if paths.index(paths[self.rank]) == self.rank:
             from .errors import ProvenanceError
             from .provenance import load_provenance, write_provenance
             try:
@@ -239,11 +416,26 @@ class Reader:
     def _open_env(self):
         import lmdb
 
+        from .index import check_tree
+        check_tree(self.path)  # LMDB's C code asserts on (or reads past) trees our walk rejects
         subdir = self.path.name == "data.mdb"
         where = str(self.path.parent if subdir else self.path)
-        # Caffe's settings: read-only map with readahead; no lock file needed to read.
-        self._env = lmdb.open(where, subdir=subdir, readonly=True, lock=False,
-                              readahead=True, create=False, max_readers=126)
+        # Caffe's settings: read-only map with readahead, and a slot in the lock
+        # file's reader table (MDB_RDONLY), so a writer cannot recycle the pages
+        # of our snapshot; lock=False only where the lock file cannot be opened.
+        kwargs = dict(subdir=subdir, readonly=True, readahead=True, create=False,
+                      max_readers=max(126, 2 * self.nprocs + 16))
+        try:
+            self._env = lmdb.open(where, lock=True, **kwargs)
+            # On a read-only file system LMDB itself goes on without a lock file.
+            self.lock = os.path.exists(_lock_path(where, subdir))
+        except lmdb.Error:
+            if not _lock_file_unusable(where, subdir):
+                raise
+            self._env = lmdb.open(where, lock=False, **kwargs)
+            self.lock = False
+        if not self.lock:
+            _warn_nolock(where)
 
     def _open_reader(self) -> None:
         o = self.options
@@ -295,6 +487,9 @@ class Reader:
             mine = rc.recv(source=0, tag=11)
         self._pos, self._offsets, self._sizes, txnid = mine
         self._snapshot.check(txnid)
+        if len(self._pos) and int(self._pos[-1]) >= self.n:
+            raise SnapshotError(f"{self.path}: index positions reach {int(self._pos[-1])} but the "
+                                f"snapshot holds {self.n} records")
 
     # ------------------------------------------------------------- reading
     def read_batch(self) -> Batch:
@@ -303,15 +498,25 @@ class Reader:
             raise LmdbioError("the Reader is closed")
         t = self._t
         try:
-            if not self.options.localized:
-                batch = self._read_baseline(t)
+            if self._strategy is not None:
+                batch = self._strategy.read(self, t)
             else:
                 batch = self._read_localized(t)
         except Exception as exc:
-            self._fail(exc)
-            raise
+            # Tell the reader group at once, so its ranks stop waiting for us.
+            self._abandon()
+            if not self._in_with:
+                self._fail(exc)
+            raise   # inside ``with``: __exit__ decides, with the other ranks
         self._t += 1
         return batch
+
+    def _abandon(self) -> None:
+        if self._group_buf is not None:
+            try:
+                self._group_buf.abandon()
+            except Exception:  # noqa: BLE001 - best effort on an error path
+                pass
 
     def _fail(self, exc: BaseException) -> None:
         if self._on_error == "abort" and self.nprocs > 1:
@@ -319,19 +524,6 @@ class Reader:
                   "aborting the job so no rank waits forever", file=sys.stderr, flush=True)
             time.sleep(0.5)  # let the launcher forward the message before it tears the job down
             self.comm.Abort(1)
-
-    def _read_baseline(self, t: int) -> Batch:
-        first = t * self.batch_size + self.rank * self.per_rank
-        w = self._walker
-        with self.rec.phase("locate", t) as row:
-            w0 = w.walked
-            w.skip_to(first)
-            values = w.take(self.per_rank)
-            row["records_walked"] = w.walked - w0
-        with self.rec.phase("read", t, chain=True) as row:
-            buf, offsets, sizes = copy_values(values, lambda n: np.empty(n, dtype=np.uint8))
-            row["bytes"], row["calls"] = int(sizes.sum()), len(values)
-        return Batch(buf, offsets, sizes, self._indices(first))
 
     def _read_localized(self, t: int) -> Batch:
         k = self.coalesce
@@ -398,12 +590,22 @@ class Reader:
 
     def _locate_extents(self, chunk: int) -> tuple[np.ndarray, np.ndarray]:
         offs, sizes = [], []
-        for first, count in self._chunk_runs(chunk):
+        runs = self._chunk_runs(chunk)
+        if self.options.locate == "provenance":
+            # The chunk's first and last records tie its record numbers to pages: two
+            # leaf-page preads per chunk, not two per batch of a coalesced chunk.
+            (a, _), (b, m) = runs[0], runs[-1]
+            self._prov.verify(self._fd, a, 1)
+            self._prov.verify(self._fd, b + m - 1, 1)
+        for first, count in runs:
             if self.options.locate == "provenance":
-                self._prov.verify(self._fd, first, count)
                 o, s = self._prov.extents(first, count)
             else:
                 i0 = int(np.searchsorted(self._pos, first))
+                if (i0 + count > len(self._pos) or int(self._pos[i0]) != first
+                        or int(self._pos[i0 + count - 1]) != first + count - 1):
+                    raise LmdbioError(f"{self.path}: the index has no entries for records "
+                                      f"{first}..{first + count - 1} (internal error: please report)")
                 o, s = self._offsets[i0:i0 + count], self._sizes[i0:i0 + count]
             offs.append(o)
             sizes.append(s)
@@ -428,7 +630,10 @@ class Reader:
             self._speculate(t)
         with self.rec.phase("ring_wait", t):
             if R > 1 and not (k == 0 and t == 0):
-                key, pos = wait_request(rc.irecv(source=(k - 1) % R, tag=21))
+                key, pos = wait_request(
+                    rc.irecv(source=(k - 1) % R, tag=21), timeout(),
+                    f"rank {self.rank}: the previous reader of the DM ring (reader "
+                    f"{(k - 1) % R}) did not pass the cursor for batch {t}")
             else:
                 key = pos = None
         with self.rec.phase("locate", t) as row:
@@ -486,7 +691,9 @@ class Reader:
     # ------------------------------------------------------------- results
     def stats(self) -> list[dict]:
         """This rank's rows: one per (batch, phase) with times, getrusage and I/O counters."""
-        extra = {"variant": self.variant, "nprocs": self.nprocs, "is_reader": self.is_reader}
+        extra = {"variant": self.variant, "nprocs": self.nprocs, "is_reader": self.is_reader,
+                 "lock": self.lock, "auto_reason": self.auto_reason,
+                 **(self._strategy.describe() if self._strategy is not None else {})}
         rows = [{**r, **extra} for r in self.rec.rows]
         # Whole-run totals from the kernel (/proc/self/io, getrusage) since the
         # Reader was made: a cross-check of the per-phase counters.
@@ -497,49 +704,98 @@ class Reader:
         return rows + [{**total, **extra}]
 
     def close(self) -> None:
-        """Release shared memory, maps and files. Collective."""
-        if self._closed:
-            return
-        self._closed = True
-        o = self.options
-        if o.localized and o.locate == "ring" and self.is_reader:
-            rc = self.topology.readers_comm
-            # The last reader's hand-off for the batch after the last one is still in flight.
-            if rc.size > 1 and rc.rank == 0 and self._t > 0:
-                rc.recv(source=rc.size - 1, tag=21)
-        for r in self._pending:
-            r.wait()
-        self._pending.clear()
-        if self._stagger is not None:
-            self._stagger.close()
-        self._release()
+        """Release shared memory, maps and files. Collective, with bounded waits.
 
-    def _release(self) -> None:
-        if self._group_buf is not None:
-            self._group_buf.close()
-            self._group_buf = None
-        if self._walker is not None:
-            self._walker.close()
-            self._walker = None
-        if self._env is not None:
-            self._env.close()
-            self._env = None
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        if self._snapshot is not None:
-            self._snapshot.close()
-            self._snapshot = None
-        if self.topology is not None:
-            self.topology.free()
-            self.topology = None
+        Waits at most ``2 * LMDBIO_TIMEOUT`` seconds for the other ranks: if one
+        does not come, this rank lets go of its own resources and raises
+        PeerTimeoutError. Raises PeerError when another rank failed inside
+        its ``with`` block. Batches read before stay valid.
+        """
+        present, failed, problem = self._close(False, 2 * timeout())
+        if problem is not None:
+            raise problem
+        if not present:
+            raise PeerTimeoutError(
+                f"rank {self.rank}: not every rank reached close() within {2 * timeout():g} s "
+                "(LMDBIO_TIMEOUT); a rank stopped early or exited. Every rank must call "
+                "read_batch() the same number of times, then close()")
+        others = [r for r in failed if r != self.rank]
+        if others:
+            raise PeerError(f"rank {self.rank}: rank(s) {others} left their with-block with an "
+                            "error (see their messages); this rank closed cleanly")
+
+    def _close(self, failed: bool, limit: float):
+        """Close; returns (every rank came, ranks that failed, first local problem)."""
+        if self._closed:
+            return True, [], None
+        self._closed = True
+        problem = None
+        o = self.options
+        try:
+            if o.localized and o.locate == "ring" and self.is_reader and not failed:
+                rc = self.topology.readers_comm
+                # The last reader's hand-off for the batch after the last one is still in flight.
+                if rc.size > 1 and rc.rank == 0 and self._t > 0:
+                    wait_request(rc.irecv(source=rc.size - 1, tag=21), timeout(),
+                                 f"rank {self.rank}: the last reader of the DM ring did not pass "
+                                 "its final cursor (it stopped early or exited)")
+            for r in self._pending:
+                if not completes_within(r, timeout()):
+                    raise PeerTimeoutError(f"rank {self.rank}: a DM-ring hand-off was not received "
+                                           f"within {timeout():g} s (LMDBIO_TIMEOUT)")
+            self._pending.clear()
+            if self._stagger is not None:
+                self._stagger.close()
+                self._stagger = None
+        except Exception as exc:  # noqa: BLE001 - still let go of everything below
+            problem, failed = exc, True
+        present, failed_ranks = self._agree(failed, limit)
+        try:
+            self._release(agree=present)
+        except Exception as exc:  # noqa: BLE001
+            problem = problem or exc
+        return present, failed_ranks, problem
+
+    def _agree(self, failed: bool, limit: float) -> tuple[bool, list[int]]:
+        """Non-blocking allgather of "I failed" flags, bounded by ``limit`` seconds."""
+        if self.nprocs == 1:
+            return True, [0] if failed else []
+        send = np.array([1 if failed else 0], dtype=np.int32)
+        recv = np.zeros(self.nprocs, dtype=np.int32)
+        req = self.comm.Iallgather(send, recv)
+        if not completes_within(req, limit):
+            _ABANDONED.append((req, send, recv))
+            return False, [self.rank] if failed else []
+        return True, [int(r) for r in np.flatnonzero(recv)]
+
+    def _release(self, agree: bool = True) -> None:
+        gb, self._group_buf = self._group_buf, None
+        try:
+            if gb is not None:
+                gb.close(timeout(), agree=agree)
+        finally:
+            self._close_db()
+            if self.topology is not None:
+                self.topology.free()
+                self.topology = None
 
     def __enter__(self) -> "Reader":
+        self._in_with = True
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None and self.nprocs > 1 and self._on_error == "abort":
-            # One rank failing inside the with-block would leave the others
-            # waiting in close()'s collectives: end the job instead.
+        self._in_with = False
+        if exc_type is None:
+            self.close()
+            return
+        if self._closed or self.nprocs == 1:
+            self._close(True, 0.0)
+            return
+        # Leaving with an error (KeyboardInterrupt too): tell the group, then
+        # find out, without blocking for ever, whether every rank is leaving.
+        self._abandon()
+        present, _, _ = self._close(True, _exit_timeout())
+        if not present and self._on_error == "abort":
+            # Alone: the others are stuck or gone; end the job so none waits for ever.
             self._fail(exc)
-        self.close()
+        # Every rank came (or on_error="raise"): the exception propagates.

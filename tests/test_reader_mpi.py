@@ -11,7 +11,7 @@ from conftest import run_mpi
 pytestmark = pytest.mark.mpi
 
 TOPOLOGIES = "None:1,1:1,2:1,None:2,2:2"
-BUILT = ",".join(lmdbio.VARIANTS)
+BUILT = ",".join(lmdbio.VARIANTS + lmdbio.EXTRA_VARIANTS)  # the papers' seven, lmdb-get, direct, auto
 
 
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4])

@@ -16,7 +16,7 @@ import lmdbio
 
 p = argparse.ArgumentParser()
 p.add_argument("dbs", nargs="+")
-p.add_argument("--variants", default=",".join(lmdbio.VARIANTS))
+p.add_argument("--variants", default=",".join(lmdbio.VARIANTS + lmdbio.EXTRA_VARIANTS))
 p.add_argument("--topologies", default="None:1")
 p.add_argument("--per-rank", type=int, default=8)
 p.add_argument("--extra", type=int, default=3, help="batches past one epoch")

@@ -1,0 +1,257 @@
+"""Statistics over bench rows: per-repeat summary, the one speedup definition, targets, report."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+__all__ = ["POINT_KEYS", "SUMMARY_COLUMNS", "failed_row", "summarize", "medians",
+           "ratio_of_medians", "targets", "limit_violations", "format_report"]
+
+RAW = "raw"
+#: Columns that identify a point (a row of summary.csv is a point x repeat).
+POINT_KEYS = ("dataset", "variant", "nprocs", "cache", "batch_size", "iters", "warmup",
+              "compute_time", "model_bytes", "ranks_per_node", "readers_per_node", "storage")
+#: Columns of summary.csv, in order.
+SUMMARY_COLUMNS = (
+    "dataset", "dataset_name", "variant", "variant_used", "nprocs", "cache", "storage", "repeat",
+    "batch_size", "iters", "warmup", "compute_time", "model_bytes", "ranks_per_node",
+    "readers_per_node", "status",
+    "records_per_s", "mb_per_s", "speedup_vs_lmdb", "speedup_vs_lmdb_get", "fraction_of_limit",
+    "cpu_s_per_gb", "setup_s", "first_batch_s", "epoch_records_per_s",
+    "wall_s", "records", "record_bytes", "cpu_s", "read_s", "compute_s", "comm_s", "wait_s", "au",
+    "resident_fraction", "file_resident_fraction", "start_resident_fraction", "evict_ok",
+    "pfs_requests", "pfs_bytes", "pfs_mean_request_bytes", "pfs_queue_wait_s",
+    "variant_reason", "error",
+)
+# Reader phases that are waiting for someone else, not reading.
+_WAIT_PHASES = ("wait", "stagger_wait", "ring_wait")
+_TEXT = ("status", "error", "variant_used", "variant_reason", "storage")
+# What the point columns default to in results written before they existed.
+_DEFAULTS = {"storage": "local", "ranks_per_node": 0}
+
+
+def failed_row(point: dict, error: str, repeat: int = 0) -> dict:
+    """The one row that stands for a point that did not finish."""
+    row = {k: point.get(k) for k in POINT_KEYS}
+    row["storage"] = row.get("storage") or "local"
+    ds = str(point.get("dataset", ""))
+    row.update(dataset_name=Path(ds).name, repeat=repeat, status="failed", error=error,
+               level="", phase="", rank=-1)
+    return row
+
+
+def _fill_defaults(df):
+    for col, v in _DEFAULTS.items():
+        if col not in df:
+            df[col] = v
+        else:
+            df[col] = df[col].fillna(v)
+    return df
+
+
+def summarize(points_df):
+    """One row per point x repeat from the tidy rows of points.csv (a DataFrame).
+
+    Columns are :data:`SUMMARY_COLUMNS`. ``cpu_s_per_gb`` is user+system
+    seconds over the timed loop, summed over ranks, per 10^9 record bytes
+    delivered. The breakdown columns are means over ranks: ``read_s`` (time
+    inside the reader minus its waits), ``compute_s``, ``comm_s``, ``wait_s``
+    (reader waits + the closing barrier); ``au`` = compute_s / wall_s.
+    ``setup_s`` is the reader's construction (longest rank), ``first_batch_s``
+    adds its first batch, ``epoch_records_per_s`` = records / (setup_s + wall_s).
+    ``speedup_vs_lmdb``, ``speedup_vs_lmdb_get`` and ``fraction_of_limit`` are
+    :func:`ratio_of_medians` against ``lmdb``, ``lmdb-get`` and ``raw`` (the
+    same on every repeat row of a point).
+    """
+    import pandas as pd
+
+    df = _fill_defaults(points_df.copy())
+    if "status" not in df:
+        df["status"] = "ok"
+    keys = list(POINT_KEYS) + ["repeat"]
+    out = []
+    for key, g in df.groupby(keys, sort=False, dropna=False):
+        first = g.iloc[0]
+        row = dict(zip(keys, key))
+        row["dataset_name"] = first.get("dataset_name", Path(str(row["dataset"])).name)
+        failed = g[g["status"] != "ok"]
+        if len(failed):
+            row["status"] = "failed"
+            row["error"] = str(failed.iloc[0].get("error", ""))
+            out.append(row)
+            continue
+        wall = float(first["point_wall_s"])
+        total = g[(g["level"] == "step") & (g["phase"] == "total")]
+        nranks = max(1, len(total))
+
+        def ssum(level, phases):
+            m = (g["level"] == level) & g["phase"].isin(phases)
+            return float(g.loc[m, "wall_s"].sum())
+
+        reader_wait = ssum("reader", _WAIT_PHASES)
+        rec_bytes = float(first["record_bytes"])
+        cpu = float((total["user_s"].fillna(0) + total["sys_s"].fillna(0)).sum())
+        setup = float(first.get("setup_s", math.nan))
+        row.update(
+            status="ok", error="", wall_s=wall, records=int(first["records"]),
+            record_bytes=int(rec_bytes),
+            records_per_s=first["records"] / wall if wall > 0 else math.nan,
+            mb_per_s=rec_bytes / wall / 1e6 if wall > 0 else math.nan,
+            cpu_s=cpu, cpu_s_per_gb=cpu / (rec_bytes / 1e9) if rec_bytes else math.nan,
+            read_s=(ssum("step", ["io"]) - reader_wait) / nranks,
+            compute_s=ssum("step", ["compute"]) / nranks,
+            comm_s=ssum("step", ["comm"]) / nranks,
+            wait_s=(reader_wait + ssum("step", ["barrier"])) / nranks,
+            setup_s=setup, first_batch_s=float(first.get("first_batch_s", math.nan)),
+            epoch_records_per_s=first["records"] / (setup + wall) if setup + wall > 0 else math.nan,
+        )
+        for col in ("resident_fraction", "file_resident_fraction", "start_resident_fraction",
+                    "pfs_requests", "pfs_bytes", "pfs_mean_request_bytes", "pfs_queue_wait_s"):
+            row[col] = first.get(col, math.nan)
+        row["evict_ok"] = first.get("evict_ok", True)
+        row["variant_used"] = first.get("variant_used", row["variant"])
+        reason = first.get("variant_reason", "")
+        row["variant_reason"] = "" if isinstance(reason, float) else reason
+        row["au"] = row["compute_s"] / wall if wall > 0 else math.nan
+        out.append(row)
+    summary = pd.DataFrame(out)
+    for col in SUMMARY_COLUMNS:
+        if col not in summary:
+            summary[col] = "" if col in _TEXT else math.nan
+    for ref, col in (("lmdb", "speedup_vs_lmdb"), ("lmdb-get", "speedup_vs_lmdb_get"),
+                     (RAW, "fraction_of_limit")):
+        summary[col] = ratio_of_medians(summary, ref).to_numpy()
+    return summary[list(SUMMARY_COLUMNS)]
+
+
+def _match_keys(summary) -> list[str]:
+    return [k for k in POINT_KEYS if k != "variant" and k in summary]
+
+
+def medians(summary, metrics=("records_per_s", "cpu_s_per_gb")):
+    """Median of ``metrics`` over the successful repeats of each point (incl. variant)."""
+    ok = _fill_defaults(summary[summary["status"] == "ok"].copy())
+    keys = _match_keys(ok) + ["variant"]
+    return ok.groupby(keys, dropna=False)[list(metrics)].median().reset_index()
+
+
+def ratio_of_medians(summary, ref: str, metric: str = "records_per_s", invert: bool = False):
+    """THE speedup: median ``metric`` over repeats of a row's point / that of ``ref`` at the same point.
+
+    "The same point" is every column of :data:`POINT_KEYS` except the
+    variant: the same dataset, cache, P, batch, emulation, storage... Returns
+    a Series aligned with ``summary`` (NaN where the row failed or ``ref``
+    has no successful repeat there). ``invert`` divides the other way round,
+    for metrics where less is better (times: ``ref / row``).
+    """
+    import numpy as np
+    import pandas as pd
+
+    summary = _fill_defaults(summary.copy())
+    match = _match_keys(summary)
+    med = medians(summary, (metric,))
+    own = summary[match + ["variant"]].merge(med, on=match + ["variant"], how="left")[metric]
+    refs = med[med["variant"] == ref].drop(columns="variant").rename(columns={metric: "_ref"})
+    base = summary[match].merge(refs, on=match, how="left")["_ref"]
+    ratio = (base / own) if invert else (own / base)
+    ratio = np.array(ratio, dtype=float)
+    ratio[(summary["status"] != "ok").to_numpy()] = np.nan
+    return pd.Series(ratio, index=summary.index, name=f"{metric}_vs_{ref}")
+
+
+def targets(summary):
+    """Per (dataset, cache, nprocs, storage): the best LMDBIO variant against raw, lmdb, lmdb-get.
+
+    Ratios of medians over repeats (:func:`ratio_of_medians`). Columns:
+    ``best_variant`` (highest median records/s among ``lmdbio-*`` and
+    ``auto``), ``fraction_of_limit``, ``speedup_vs_lmdb``,
+    ``speedup_vs_lmdb_get`` and ``cpu_vs_raw`` (its median CPU s/GB over
+    raw's). Nothing here asserts them.
+    """
+    import pandas as pd
+
+    keys = ["dataset_name", "cache", "nprocs", "storage"]
+    cols = keys + ["best_variant", "records_per_s", "fraction_of_limit", "speedup_vs_lmdb",
+                   "speedup_vs_lmdb_get", "cpu_vs_raw", "epoch_fraction_of_limit"]
+    ok = _fill_defaults(summary[summary["status"] == "ok"].copy())
+    if ok.empty:
+        return pd.DataFrame(columns=cols)
+    med = ok.groupby(keys + ["variant"])[["records_per_s", "cpu_s_per_gb",
+                                          "epoch_records_per_s"]].median().reset_index()
+    out = []
+    for key, g in med.groupby(keys):
+        cand = g[g["variant"].str.startswith("lmdbio-") | (g["variant"] == "auto")]
+        if cand.empty:
+            continue
+        by = g.set_index("variant")
+        ref = lambda v, col: float(by.loc[v, col]) if v in by.index else math.nan  # noqa: E731
+        best = cand.loc[cand["records_per_s"].idxmax()]
+        out.append({**dict(zip(keys, key)), "best_variant": best["variant"],
+                    "records_per_s": best["records_per_s"],
+                    "fraction_of_limit": best["records_per_s"] / ref(RAW, "records_per_s"),
+                    "speedup_vs_lmdb": best["records_per_s"] / ref("lmdb", "records_per_s"),
+                    "speedup_vs_lmdb_get": best["records_per_s"] / ref("lmdb-get", "records_per_s"),
+                    "cpu_vs_raw": best["cpu_s_per_gb"] / ref(RAW, "cpu_s_per_gb"),
+                    "epoch_fraction_of_limit":
+                        best["epoch_records_per_s"] / ref(RAW, "epoch_records_per_s")})
+    return pd.DataFrame(out, columns=cols)
+
+
+def limit_violations(summary, tolerance: float = 0.10):
+    """Points where a variant's median beats raw's by more than ``tolerance`` (should be none)."""
+    s = summary.copy()
+    s["fraction_of_limit"] = ratio_of_medians(s, RAW).to_numpy()
+    bad = s[(s["status"] == "ok") & (s["variant"] != RAW) & (s["fraction_of_limit"] > 1 + tolerance)]
+    keys = [k for k in ("dataset_name", "cache", "nprocs", "storage", "variant") if k in bad]
+    return bad.groupby(keys, dropna=False)["fraction_of_limit"].first().reset_index()
+
+
+def format_report(summary) -> str:
+    """The summary as fixed-width tables, medians over repeats (failures listed apart)."""
+    import pandas as pd
+
+    cols = ["records_per_s", "mb_per_s", "speedup_vs_lmdb", "speedup_vs_lmdb_get",
+            "fraction_of_limit", "cpu_s_per_gb", "setup_s", "first_batch_s",
+            "epoch_records_per_s", "read_s", "wait_s", "au", "resident_fraction"]
+    summary = _fill_defaults(summary.copy())
+    if summary["pfs_requests"].notna().any():
+        cols += ["pfs_requests", "pfs_mean_request_bytes", "pfs_queue_wait_s"]
+    ok = summary[summary["status"] == "ok"]
+    keys = ["dataset_name", "storage", "cache", "nprocs", "variant"]
+    lines = []
+    if len(ok):
+        table = ok.groupby(keys, sort=True)[cols].median()
+        table.insert(0, "repeats", ok.groupby(keys, sort=True).size())
+        best = targets(summary)
+        with pd.option_context("display.max_rows", None, "display.width", 250,
+                               "display.max_columns", None, "display.float_format", "{:,.3g}".format):
+            lines.append("Medians over repeats (speedups and fraction_of_limit: ratios of medians):")
+            lines.append(table.to_string())
+            if len(best):
+                lines.append("")
+                lines.append("Best LMDBIO variant per point (fraction_of_limit vs raw, speedups "
+                             "vs lmdb and lmdb-get, CPU s/GB vs raw):")
+                lines.append(best.to_string(index=False))
+            auto = ok[(ok["variant"] == "auto")]
+            if len(auto):
+                lines.append("")
+                lines.append("auto chose:")
+                for (ds, st, c, p), g in auto.groupby(["dataset_name", "storage", "cache", "nprocs"]):
+                    r = g.iloc[0]
+                    lines.append(f"  {ds} {st} {c} P={p}: {r['variant_used']} ({r['variant_reason']})")
+    failed = summary[summary["status"] != "ok"]
+    for _, r in failed.iterrows():
+        err = " | ".join(str(r.get("error", "")).strip().splitlines()[-3:])
+        lines.append(f"FAILED {r['dataset_name']} {r['cache']} P={r['nprocs']} {r['variant']} "
+                     f"repeat {r['repeat']}: {err}")
+    bad = summary[(summary["status"] == "ok") & (summary["evict_ok"].astype(str) == "False")]
+    if len(bad):
+        lines.append(f"WARNING: {len(bad)} cold point(s) started with data still cached "
+                     "(evict_ok=False); see resident_fraction")
+    local = summary[summary["storage"] == "local"]
+    over = limit_violations(local) if len(local[local["status"] == "ok"]) else []
+    if len(over):
+        lines.append(f"WARNING: {len(over)} point(s) on local storage beat the raw limit by more "
+                     "than 10%: noise (too few iterations or repeats) or a wrong measurement")
+    return "\n".join(lines) if lines else "(no results)"

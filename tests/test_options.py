@@ -1,0 +1,157 @@
+"""Options and variant names: the papers' seven, the extra variants, and auto's choice."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import lmdbio
+from lmdbio import ConfigurationError, Options, parse_variant
+from lmdbio.options import (AUTO_LOCAL, AUTO_SHARED, AUTO_SHARED_NO_PROV, LOCAL_FS, SHARED_FS,
+                            choose_auto, filesystem_type)
+
+
+def test_extra_variants_are_listed_apart_from_the_papers_seven():
+    assert len(lmdbio.VARIANTS) == 7
+    assert set(lmdbio.EXTRA_VARIANTS) == {"lmdb-get", "lmdbio-direct", "auto"}
+    assert not set(lmdbio.VARIANTS) & set(lmdbio.EXTRA_VARIANTS)
+
+
+@pytest.mark.parametrize("name", [v for v in lmdbio.VARIANTS + lmdbio.EXTRA_VARIANTS if v != "auto"])
+def test_every_name_round_trips(name):
+    assert parse_variant(name).name == name
+    assert parse_variant(name.upper()).name == name
+
+
+def test_per_rank_options():
+    get = parse_variant("lmdb-get")
+    assert not get.localized and get.locate == "key" and get.fetch == "mmap"
+    d = parse_variant("lmdbio-direct")
+    assert not d.localized and d.fetch == "pread" and d.coalesce_bytes > 0
+    assert parse_variant("lmdbio-direct", coalesce_bytes=1 << 20).coalesce_bytes == 1 << 20
+    with pytest.raises(ConfigurationError, match="localized"):
+        Options(localized=False, stagger_size=2)
+    with pytest.raises(ConfigurationError, match="LMM"):
+        Options(localized=False, locate="ring")
+    with pytest.raises(ConfigurationError, match="lmdb-get"):
+        Options(localized=True, locate="key")
+    with pytest.raises(ConfigurationError, match="direct reads"):
+        Options(localized=False, coalesce_bytes=1 << 20)
+    with pytest.raises(ConfigurationError, match="chosen per file system"):
+        parse_variant("auto")
+    with pytest.raises(ConfigurationError, match="lmdbio-direct"):
+        parse_variant("lmdbio-fast")   # the message lists every name, the extra ones too
+
+
+def test_filesystem_type_reads_statfs(tmp_path):
+    magic, name = filesystem_type(tmp_path)
+    assert isinstance(magic, int) and magic > 0
+    if os.path.ismount("/dev/shm"):
+        assert filesystem_type("/dev/shm") == (0x01021994, "tmpfs")
+    with pytest.raises(OSError, match="statfs"):
+        filesystem_type(tmp_path / "missing")
+
+
+def test_auto_picks_direct_on_local_and_the_full_stack_on_shared(tmp_path, monkeypatch):
+    from lmdbio import options
+
+    monkeypatch.setattr(options, "filesystem_type", lambda p: (0xEF53, LOCAL_FS[0xEF53]))
+    v, why = choose_auto(tmp_path)
+    assert v == AUTO_LOCAL == "lmdbio-direct" and "local" in why and "ext" in why
+    for magic in (0x6969, 0x47504653, 0x0BD00BD0, 0x19830326, 0x65735546):
+        monkeypatch.setattr(options, "filesystem_type", lambda p, m=magic: (m, SHARED_FS[m]))
+        v, why = choose_auto(tmp_path, provenance=True)
+        assert v == AUTO_SHARED and SHARED_FS[magic] in why
+        v, why = choose_auto(tmp_path, provenance=False)
+        assert v == AUTO_SHARED_NO_PROV and "no PROV" in why
+    for v in (AUTO_LOCAL, AUTO_SHARED, AUTO_SHARED_NO_PROV):
+        parse_variant(v)   # each choice is a real variant
+
+
+@pytest.fixture(scope="module")
+def small_db(tmp_path_factory):
+    from lmdbio.datasets import make_dataset
+
+    return make_dataset(tmp_path_factory.mktemp("opts") / "cifar", "cifar10", 300,
+                        commit_every=100, seed=3)
+
+
+def _values(db):
+    import lmdb
+
+    env = lmdb.open(str(db), readonly=True, lock=False)
+    with env.begin() as txn:
+        out = [bytes(v) for _, v in txn.cursor()]
+    env.close()
+    return out
+
+
+def _read_all(db, variant, B=64, extra=3, **kw):
+    import numpy as np
+    from mpi4py import MPI
+
+    expected = _values(kw.pop("values_of", db))
+    n = len(expected)
+    with lmdbio.Reader(db, B, MPI.COMM_SELF, variant=variant, **kw) as r:
+        for t in range(-(-n // B) + extra):
+            b = r.read_batch()
+            want = (t * B + np.arange(B)) % n
+            assert np.array_equal(b.indices, want)
+            assert [bytes(x) for x in b] == [expected[i] for i in want]
+        return r, r.stats()
+
+
+@pytest.mark.parametrize("variant", ["lmdb-get", "lmdbio-direct"])
+def test_extra_variants_deliver_every_record(small_db, variant):
+    r, rows = _read_all(small_db, variant)
+    assert r.variant == variant and r.auto_reason == ""
+    if variant == "lmdbio-direct":
+        assert rows[-1]["direct_locate"] == "provenance"     # make_dataset wrote a sidecar
+        assert r.coalesce > 1
+
+
+def test_direct_without_a_sidecar_uses_the_index(small_db, tmp_path):
+    import shutil
+
+    from lmdbio.provenance import sidecar_path
+
+    db = tmp_path / "copy"
+    shutil.copytree(small_db, db)
+    sidecar_path(db / "data.mdb").unlink()
+    _, rows = _read_all(db, "lmdbio-direct")
+    assert rows[-1]["direct_locate"] == "index"
+
+
+def test_auto_on_tmpfs_reads_direct(small_db, tmp_path):
+    import shutil
+
+    if not os.path.ismount("/dev/shm") or filesystem_type("/dev/shm")[1] != "tmpfs":
+        pytest.skip("no tmpfs at /dev/shm")
+    db = tmp_path / "unused"
+    shm = __import__("tempfile").mkdtemp(dir="/dev/shm")
+    try:
+        db = shutil.copytree(small_db, os.path.join(shm, "cifar"))
+        r, rows = _read_all(db, "auto")
+        assert r.variant == "lmdbio-direct" and "tmpfs" in r.auto_reason
+        assert rows[0]["auto_reason"] == r.auto_reason
+    finally:
+        shutil.rmtree(shm)
+
+
+def test_auto_on_fuse_reads_with_the_full_stack(small_db):
+    from lmdbio.pfs.mount import FuseUnavailable, check_fuse
+
+    try:
+        check_fuse()
+    except FuseUnavailable as exc:
+        pytest.skip(f"no FUSE here: {exc}")
+    from lmdbio import pfs
+
+    with pfs.mounted(str(small_db.parent), profile="local", nodes=1) as m:
+        db = m.path(0, small_db.name)
+        r, _ = _read_all(db, "auto", values_of=small_db)
+        assert r.variant == AUTO_SHARED and "fuse" in r.auto_reason
+        # A user who names a variant gets it, whatever the file system.
+        r, _ = _read_all(db, "lmdbio-direct", values_of=small_db, extra=0)
+        assert r.variant == "lmdbio-direct" and r.auto_reason == ""
