@@ -24,14 +24,14 @@ def _cmd_make_dataset(args) -> int:
 
 
 def _cmd_info(args) -> int:
-    from .index import describe
+    from .inspect import describe
 
     print(json.dumps(describe(args.path), indent=2))
     return 0
 
 
 def _cmd_dump(args) -> int:
-    from .index import dump
+    from .inspect import dump
 
     dump(args.path, sys.stdout)
     return 0
@@ -79,6 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
         from .bench import add_bench_parser
 
         add_bench_parser(sub)
+
+    from .pfs.cli import add_pfs_parser  # emulated parallel file system (issue 10)
+
+    add_pfs_parser(sub)
+
+    from .model.cli import add_model_parser  # the calibrated scale model (issue 11)
+
+    add_model_parser(sub)
     return parser
 
 
