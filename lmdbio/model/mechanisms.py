@@ -1,0 +1,169 @@
+"""The mechanisms of the scale model, one small function each, with the paper problem it models.
+
+Problems (PAPER.md): 1 mmap's interprocess contention, 2 the cursor's
+sequential access, 3 implicit small I/O, 4 I/O size mismatch, 5 storage
+contention. Times in seconds, sizes in bytes. Storage service itself is not
+here: it is :mod:`lmdbio.pfs.model`, driven by :mod:`lmdbio.model.storage`
+with the requests these functions describe.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..provenance import model_parameters
+
+__all__ = ["PAGE", "geometry", "fault_cpu", "cursor_steps", "ring_cycle", "mmap_requests",
+           "explicit_requests", "overlapped", "coalesce_factor", "stripe_pieces", "stagger_groups", "handoff",
+           "allreduce", "cpu_bound"]
+
+PAGE = 4096
+
+
+def geometry(record_bytes: int, key_bytes: int = 35) -> dict:
+    """LMDB layout of fixed-size records written in key order (Caffe's convert_imageset).
+
+    Returns ``records_per_leaf``, ``pages_per_record`` (0 for inline values)
+    and ``file_bytes_per_record`` (value pages plus the record's share of
+    its leaf page): the bytes a reader moves per record.
+    """
+    try:
+        p = model_parameters(record_bytes=record_bytes, key_bytes=key_bytes)
+        rpl, ppr = p["records_per_leaf"], p["pages_per_record"]
+    except ValueError:   # inline values: records share leaf pages
+        rpl, ppr = max(1, (PAGE - 16) // (record_bytes + key_bytes + 10)), 0
+    return {"records_per_leaf": rpl, "pages_per_record": ppr,
+            "file_bytes_per_record": ppr * PAGE + PAGE / rpl}
+
+
+def fault_cpu(waiting: int, page_fault_s: float, wake_s: float) -> float:
+    """(1) Problem 1, mmap's interprocess contention: CPU time one major fault costs a process.
+
+    The I/O completion runs in a bottom half that does not know which
+    process asked, so every process waiting for page I/O on the node is
+    woken; each of the other ``waiting - 1`` processes' completions wakes
+    this one too, and each wake-up is a context switch (``wake_s``, the
+    futex hand-off measured by calibrate). More waiters, more fault cost.
+    """
+    return page_fault_s + max(0, int(waiting) - 1) * wake_s
+
+
+def cursor_steps(locate: str, global_batch: int, group_records: int) -> int:
+    """(2) Problem 2, sequential access: cursor steps one reader takes per iteration.
+
+    An LMDB cursor finds record i only by walking to it; with ``walk``
+    (Caffe, LMM) each reader skips every other reader's records, so it steps
+    over the whole global batch (P-fold its own share). DM's ring (``ring``)
+    hands over a portable position: a reader walks only its own records.
+    Extents from an index or provenance take no steps.
+    """
+    if locate == "walk":
+        return int(global_batch)
+    if locate == "ring":
+        return int(group_records)
+    return 0
+
+
+def ring_cycle(readers: int, group_records: int, step_s: float, alpha_s: float) -> float:
+    """(2) DM's ring: one iteration's hand-offs around ``readers`` readers, one after another.
+
+    Reader k can walk only after reader k-1 has walked its records and sent
+    the position; the next iteration starts when the position is back.
+    """
+    return readers * (group_records * step_s + alpha_s) if readers > 1 else group_records * step_s
+
+
+def mmap_requests(nbytes: float, readahead: int, read_size: int) -> tuple[float, int, int]:
+    """(3) Problem 3, implicit small I/O: what page faults ask storage for.
+
+    Each fault reads the page plus the read-around window (the profile's
+    ``readahead``; 0 = the page alone), in requests of at most
+    ``read_size`` issued together; the next fault waits for this one.
+    Returns ``(faults, request_bytes, requests_per_fault)``.
+    """
+    fault_bytes = max(PAGE, int(readahead))
+    req = min(fault_bytes, max(PAGE, int(read_size)))
+    return nbytes / fault_bytes, req, max(1, math.ceil(fault_bytes / req))
+
+
+#: Requests one reader keeps in flight for a large explicit read: FUSE's default max_background
+#: (12); a kernel or file-system client may allow more (an estimate, stated in the notebook).
+IN_FLIGHT = 12
+#: The kernel's cap on one buffered read request without a larger readahead window (io_pages).
+IO_PAGES = 128 << 10
+
+
+def explicit_requests(nbytes: float, read_size: int, readahead: int) -> tuple[float, int, int]:
+    """(3) Explicit reads (DIO): one ``pread`` per extent, sized by the reader, not by faults.
+
+    The kernel splits a large buffered read into requests of at most
+    ``max(readahead, 128 KiB)`` (and at most ``read_size``), up to
+    :data:`IN_FLIGHT` of them at once. Returns ``(requests, request_bytes, depth)``.
+    """
+    req = min(int(read_size), max(int(readahead), IO_PAGES))
+    req = max(PAGE, min(req, PAGE * math.ceil(max(1.0, nbytes) / PAGE)))
+    n = nbytes / req
+    return n, req, max(1, min(IN_FLIGHT, math.ceil(n)))
+
+
+def coalesce_factor(group_bytes: float, coalesce_bytes: int, max_batches: int) -> int:
+    """(4) Problem 4, I/O size mismatch: COAL's batches per request (as lmdbio.Reader picks it).
+
+    A power of two with ``k * group_bytes`` near ``coalesce_bytes``, at most
+    the batches the dataset holds; 1 when one batch is already that large.
+    """
+    if coalesce_bytes <= 0:
+        return 1
+    k = 2 ** max(0, int(math.floor(math.log2(max(1.0, coalesce_bytes / max(1.0, group_bytes))))))
+    return int(max(1, min(k, max(1, max_batches))))
+
+
+def overlapped(storage_s: float, cpu_s: float, readahead: int) -> float:
+    """(3) With a readahead window the kernel fetches the next window while the process copies
+    the current one, so storage and copying overlap; without one (GPFS mmap), they add up."""
+    return max(storage_s, cpu_s) if readahead > 0 else storage_s + cpu_s
+
+
+def stripe_pieces(request_bytes: float, stripe: int) -> int:
+    """(4) A request of ``request_bytes`` is served as this many stripe-unit pieces.
+
+    Larger stripe-aligned requests: fewer requests per byte, each piece
+    paying its latency once.
+    """
+    return max(1, math.ceil(request_bytes / max(1, stripe)))
+
+
+def stagger_groups(readers: int, stagger_size: int | None) -> list[int]:
+    """(5) Problem 5, storage contention: STAG's reader groups, which take turns on storage.
+
+    ``stagger_size`` 0/None: half the readers (lmdbio.Reader's default).
+    Returns the group sizes; fewer concurrent streams per target per group.
+    """
+    size = int(stagger_size) if stagger_size else max(1, readers // 2)
+    size = max(1, min(size, readers))
+    full, rest = divmod(readers, size)
+    return [size] * full + ([rest] if rest else [])
+
+
+def handoff(members: int, handoff_s: float, member_batch_s: float) -> float:
+    """LMM's shared-memory hand-off: the reader publishes, members wake and take their views.
+
+    One futex wake-up reaches every member (``handoff_s``); a member then
+    spends ``member_batch_s`` of CPU on its batch. No copy: views into
+    shared memory. Zero without members.
+    """
+    return (handoff_s + member_batch_s) if members > 0 else 0.0
+
+
+def allreduce(nprocs: int, nbytes: int, alpha_s: float, beta_s: float, reduce_byte_s: float = 0.0) -> float:
+    """The gradient allreduce per iteration: reduce-scatter + allgather (Rabenseifner)."""
+    if nprocs <= 1 or nbytes <= 0:
+        return 0.0
+    frac = (nprocs - 1) / nprocs
+    return (2 * math.ceil(math.log2(nprocs)) * alpha_s + 2 * frac * nbytes * beta_s
+            + frac * nbytes * reduce_byte_s)
+
+
+def cpu_bound(node_cpu_s: float, cores: int) -> float:
+    """Ranks outnumbering cores share them: an iteration takes at least the node's CPU / cores."""
+    return node_cpu_s / max(1, int(cores))

@@ -1,0 +1,153 @@
+"""Platforms and workloads as data: ``lmdbio/platforms/NAME.toml`` (or any TOML path)."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+
+from ..emulation import parse_compute_time, parse_model_bytes
+from ..errors import ConfigurationError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    tomllib = None
+
+__all__ = ["Platform", "Workload", "load_platform", "list_platforms", "PLATFORM_DIR"]
+
+PLATFORM_DIR = Path(__file__).resolve().parent.parent / "platforms"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is read and trained: record geometry, batch, iterations, emulated training.
+
+    Exactly one of ``batch_size`` (global, fixed: strong scaling) and
+    ``batch_per_process`` (weak scaling, the global batch grows with P) is set.
+    ``records`` = 0 means as many as the run reads (no epoch wrap).
+    """
+
+    name: str
+    record_bytes: int
+    key_bytes: int = 35
+    records: int = 0
+    batch_size: int = 0
+    batch_per_process: int = 0
+    iterations: int = 1
+    compute_s_per_sample: float = 0.0
+    model_bytes: int = 0
+    sources: MappingProxyType = field(default_factory=lambda: MappingProxyType({}),
+                                      compare=False, repr=False)
+
+    def global_batch(self, nprocs: int) -> int:
+        return self.batch_size if self.batch_size else self.batch_per_process * nprocs
+
+
+@dataclass(frozen=True)
+class Platform:
+    """A cluster (or this machine) for the model: nodes, storage, network, CPU costs.
+
+    ``ranks_per_node`` 0 puts every rank on one node; ``cores_per_node`` 0
+    takes the calibration's core count; ``net_alpha_s``/``net_beta_s`` 0 take
+    the calibrated MPI ping-pong. ``cores_shared``: every (virtual) node runs
+    on the same cores (this machine emulating several nodes).
+    """
+
+    name: str
+    ranks_per_node: int
+    cores_per_node: int
+    readers_per_node: int
+    storage: str
+    storage_time_scale: float
+    cache: str
+    cpu: str
+    net_alpha_s: float
+    net_beta_s: float
+    coalesce_bytes: int
+    stagger_size: int
+    workloads: tuple[Workload, ...]
+    cores_shared: bool = False
+    description: str = ""
+    sources: MappingProxyType = field(default_factory=lambda: MappingProxyType({}),
+                                      compare=False, repr=False)
+    path: str = ""
+
+    def workload(self, name: str) -> Workload:
+        for w in self.workloads:
+            if w.name == name:
+                return w
+        raise ConfigurationError(f"platform {self.name!r} has no workload {name!r}; it has "
+                                 f"{', '.join(w.name for w in self.workloads)}")
+
+    def with_(self, **kw) -> "Platform":
+        return replace(self, **kw)
+
+
+def list_platforms() -> list[str]:
+    """Names of the platform files shipped in ``lmdbio/platforms/``."""
+    return sorted(p.stem for p in PLATFORM_DIR.glob("*.toml"))
+
+
+def _workload(raw: dict, where: str) -> Workload:
+    try:
+        name = str(raw["name"])
+        w = Workload(
+            name=name, record_bytes=int(raw["record_bytes"]), key_bytes=int(raw.get("key_bytes", 35)),
+            records=int(raw.get("records", 0)), batch_size=int(raw.get("batch_size", 0)),
+            batch_per_process=int(raw.get("batch_per_process", 0)),
+            iterations=int(raw.get("iterations", 1)),
+            compute_s_per_sample=parse_compute_time(raw.get("compute", 0.0)),
+            model_bytes=parse_model_bytes(raw.get("model", 0)),
+            sources=MappingProxyType(dict(raw.get("sources", {}))))
+    except KeyError as exc:
+        raise ConfigurationError(f"{where}: a [[workload]] lacks {exc.args[0]!r}") from None
+    if (w.batch_size > 0) == (w.batch_per_process > 0):
+        raise ConfigurationError(f"{where}: workload {w.name!r} needs exactly one of batch_size "
+                                 "(global) or batch_per_process (weak scaling)")
+    if w.record_bytes <= 0 or w.iterations <= 0 or w.records < 0:
+        raise ConfigurationError(f"{where}: workload {w.name!r} needs record_bytes > 0, "
+                                 "iterations > 0 and records >= 0")
+    return w
+
+
+def load_platform(name_or_path: str | os.PathLike) -> Platform:
+    """A platform by name (``bebop``, ``this-machine``) or from a TOML file path."""
+    if tomllib is None:  # pragma: no cover
+        raise ConfigurationError("reading platform files needs Python 3.11 (tomllib)")
+    p = Path(name_or_path)
+    if not p.suffix:
+        p = PLATFORM_DIR / f"{name_or_path}.toml"
+    if not p.exists():
+        raise ConfigurationError(f"no platform {str(name_or_path)!r}: give a TOML file or one of "
+                                 f"{', '.join(list_platforms())} (lmdbio/platforms/)")
+    try:
+        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError(f"{p}: not valid TOML ({exc})") from None
+    where = str(p)
+    try:
+        plat = Platform(
+            name=str(raw.get("name", p.stem)), description=str(raw.get("description", "")),
+            ranks_per_node=int(raw["ranks_per_node"]), cores_per_node=int(raw["cores_per_node"]),
+            readers_per_node=int(raw.get("readers_per_node", 1)), storage=str(raw["storage"]),
+            storage_time_scale=float(raw.get("storage_time_scale", 1.0)),
+            cache=str(raw.get("cache", "cold")), cpu=str(raw.get("cpu", "calibration")),
+            net_alpha_s=float(raw.get("net_alpha_s", 0.0)), net_beta_s=float(raw.get("net_beta_s", 0.0)),
+            coalesce_bytes=int(raw.get("coalesce_bytes", 4 << 20)),
+            stagger_size=int(raw.get("stagger_size", 0)),
+            workloads=tuple(_workload(w, where) for w in raw.get("workload", [])),
+            cores_shared=bool(raw.get("cores_shared", False)),
+            sources=MappingProxyType(dict(raw.get("sources", {}))), path=where)
+    except KeyError as exc:
+        raise ConfigurationError(f"{where}: lacks {exc.args[0]!r}") from None
+    if plat.ranks_per_node < 0 or plat.cores_per_node < 0 or plat.readers_per_node < 1:
+        raise ConfigurationError(f"{where}: ranks_per_node and cores_per_node must be >= 0 and "
+                                 "readers_per_node >= 1")
+    if plat.cache not in ("cold", "warm"):
+        raise ConfigurationError(f"{where}: cache must be 'cold' or 'warm', not {plat.cache!r}")
+    if not (math.isfinite(plat.storage_time_scale) and plat.storage_time_scale > 0):
+        raise ConfigurationError(f"{where}: storage_time_scale must be a positive number")
+    return plat

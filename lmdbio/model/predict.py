@@ -1,0 +1,318 @@
+"""Per-iteration time of each variant, split into phases, for a platform and a workload.
+
+For one iteration of the slowest reader (every reader does the same work):
+
+- **locate**: the Python cost of one ``read_batch()`` on a reader, cursor
+  steps (mechanism 2), the leaf-page faults of the walk (1, 3), extent
+  planning for DIO/PROV;
+- **read**: storage time of the variant's data requests through the storage
+  model (3, 4, 5) plus the CPU of copying out of the map or ``pread``;
+  COAL reads ``k`` batches at once and counts ``1/k`` of it per iteration;
+- **distribute**: the shared-memory hand-off to the group's members (LMM);
+- **wait**: DM's ring, STAG's turn, and ranks outnumbering cores (the node's
+  CPU demand / cores beyond the critical path);
+- **compute**, **communicate**: the training emulation (lmdbio.emulation):
+  compute seconds per sample and a gradient allreduce.
+
+``setup_s`` is paid once per run (DIO's index pass and scatter); ``total_s``
+= setup + iterations x the sum of the phases.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, fields
+from pathlib import Path
+
+from ..errors import ConfigurationError
+from ..options import VARIANTS, parse_variant
+from . import mechanisms as mech
+from .calibrate import Calibration, load_calibration
+from .platform import Platform, Workload, load_platform
+from .storage import Stream, disk_profile, run_phase
+
+__all__ = ["PHASES", "predict_point", "predict", "write_predictions", "storage_profile",
+           "POWERS"]
+
+PHASES = ("locate", "read", "distribute", "wait", "compute", "communicate")
+#: The poster's x axis.
+POWERS = (1, 2, 4, 8, 16, 36, 72, 144, 288, 576, 1152, 2304, 4608, 9216)
+
+
+def storage_profile(platform: Platform, cal: Calibration, cache: str):
+    """The storage the readers see: None for a warm page cache."""
+    if cache == "warm":
+        return None
+    if platform.storage == "disk":
+        return disk_profile(cal.disk_latency_s, cal.disk_bw, cal.disk_readahead, cal.disk_max_request)
+    from ..pfs.model import load_profile
+
+    return load_profile(platform.storage, time_scale=platform.storage_time_scale)
+
+
+def _phase_time(profile, nodes, streams, budget) -> tuple[float, dict]:
+    if profile is None or not streams:
+        return 0.0, {}
+    times, counters = run_phase(profile, nodes, streams, budget)
+    return max(times), counters
+
+
+def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: int,
+                  cal: Calibration, *, cache: str | None = None, budget: int = 20000,
+                  warmup: int = 0) -> dict:
+    """One row: per-iteration phases, setup and total seconds, and what dominates.
+
+    ``warmup``: batches read before the timed iterations (a sweep's warmup;
+    recorded, not used: nothing in the model depends on it yet).
+    """
+    if not isinstance(nprocs, int) or nprocs < 1:
+        raise ValueError(f"nprocs must be a positive integer, got {nprocs!r}")
+    o = parse_variant(variant, coalesce_bytes=platform.coalesce_bytes,
+                      stagger_size=platform.stagger_size or None)
+    cache = cache or platform.cache
+    P = nprocs
+    rpn = platform.ranks_per_node or P
+    n_node = min(P, rpn)
+    nodes = math.ceil(P / rpn)
+    cores = platform.cores_per_node or cal.cores
+    geo = mech.geometry(workload.record_bytes, workload.key_bytes)
+    rpl, ppr, f = geo["records_per_leaf"], geo["pages_per_record"], geo["file_bytes_per_record"]
+    s = workload.record_bytes
+    B = workload.global_batch(P)
+    if B < P:
+        raise ConfigurationError(f"global batch {B} is smaller than {P} processes")
+    b = B / P
+    N = workload.records or workload.iterations * B
+    profile = storage_profile(platform, cal, cache)
+    ra = profile.readahead if profile is not None else 0
+    rsize = profile.read_size if profile is not None else 1 << 20
+    alpha = (platform.net_alpha_s or cal.mpi_alpha_s) if nodes > 1 else cal.mpi_alpha_s
+    beta = (platform.net_beta_s or cal.mpi_beta_s) if nodes > 1 else cal.mpi_beta_s
+
+    if o.localized:
+        rdr = min(platform.readers_per_node, n_node)
+        R = nodes * rdr
+        members = n_node // rdr - 1
+        g = B / R
+        waiters = rdr                     # only readers take page faults
+    else:
+        rdr, R, members, g, waiters = n_node, P, 0, b, n_node
+    k = mech.coalesce_factor(g * s, o.coalesce_bytes, max(1, N // B)) if o.coalesce_bytes else 1
+    info = {"readers": R, "group_records": g, "coalesce": k, "records_per_leaf": rpl,
+            "pages_per_record": ppr, "storage_requests": 0.0, "storage_bytes": 0.0}
+
+    def add_counters(c, per_iter=1.0):
+        info["storage_requests"] += c.get("requests", 0.0) * per_iter
+        info["storage_bytes"] += c.get("bytes", 0.0) * per_iter
+
+    ph = dict.fromkeys(PHASES, 0.0)
+    setup = 0.0
+    # The fixed Python cost of one read_batch() on a reader (measured per variant family).
+    family = ("lmdb" if not o.localized else "lmdbio-lmm-dm" if o.locate == "ring"
+              else "lmdbio-lmm" if o.locate == "walk" else "lmdbio-lmm-dio" if o.locate == "index"
+              else "lmdbio-lmm-dio-prov")
+    fixed = cal.fixed_batch_s(family)
+    if k > 1:
+        fixed = fixed / k + cal.member_batch_s
+    ph["locate"] += fixed
+    reader_cpu = fixed
+
+    # ---- locate: cursor steps (2)
+    steps = mech.cursor_steps(o.locate, B, g)
+    walk_cpu = steps * cal.cursor_step_s
+    ph["locate"] += walk_cpu
+    reader_cpu += walk_cpu
+    ring_wait = 0.0
+    cold = profile is not None
+    if o.fetch == "mmap":
+        # Per record as measured (walk step, copy, minor faults) less the step counted above,
+        # plus the bytes by which these records differ from the measured ones.
+        copy_cpu = g * max(0.0, cal.record_s[family] - cal.cursor_step_s
+                           + (s - cal.record_bytes) * cal.memcpy_byte_s)
+        reader_cpu += copy_cpu
+        if o.locate == "ring" and R > 1:
+            ring_wait = max(0.0, mech.ring_cycle(R, g, cal.cursor_step_s, alpha) - walk_cpu)
+        if not cold:
+            ph["read"] += copy_cpu
+        elif o.speculative:
+            # DM: the predicted range is asked for (WILLNEED, asynchronous) before the ring
+            # wait; the walk and the copies then find their pages in the cache.
+            n, size, depth = mech.explicit_requests(g * f, rsize, ra)
+            streams = [Stream(node=j // rdr, n=n, size=size, offset=int(j * g * f), depth=depth)
+                       for j in range(R)]
+            t, c = _phase_time(profile, nodes, streams, budget)
+            add_counters(c)
+            ph["read"] += max(max(0.0, t - ring_wait), copy_cpu)
+        else:
+            # (1)+(3) The walk faults the leaf pages (each node's ranks wait for each: one stream
+            # per walker's page cache); every fault reads the read-around window W. With W at
+            # least the leaf spacing the walk streams through the whole walked region and the
+            # copies find their pages cached; otherwise the copies fault what is left.
+            W, S = max(mech.PAGE, ra), rpl * f
+            _, size, per = mech.mmap_requests(mech.PAGE, ra, rsize)
+            if W >= S:
+                leaf_faults, cover = (steps or g) * f / W, 1.0
+            else:
+                leaf_faults, cover = (steps or g) / rpl, W / S
+            walkers = range(R) if o.localized else range(nodes)
+            streams = [Stream(node=(j // rdr if o.localized else j), n=leaf_faults * per,
+                              size=size, depth=per, spacing=int(min(W, S)) if W < S else 0,
+                              offset=int(j * (g if o.localized else n_node * b) * f))
+                       for j in walkers]
+            t_leaf, c = _phase_time(profile, nodes, streams, budget)
+            add_counters(c)
+            leaf_cpu = leaf_faults * (cal.page_fault_s + cal.handoff_s)
+            data_faults = g * f * (1.0 - cover) / W
+            t_data = 0.0
+            if data_faults > 0:
+                streams = [Stream(node=j // rdr, n=data_faults * per, size=size, depth=per,
+                                  offset=int(j * g * f)) for j in range(R)]
+                t_data, c = _phase_time(profile, nodes, streams, budget)
+                add_counters(c)
+            fcpu = data_faults * mech.fault_cpu(waiters, cal.page_fault_s, cal.handoff_s)
+            reader_cpu += leaf_cpu + fcpu
+            ph["locate"] += t_leaf + leaf_cpu
+            ph["read"] += t_data + fcpu + copy_cpu
+            if ra > 0:
+                # (3) Readahead fetches ahead of the walk and the copies: they overlap.
+                hidden = min(t_leaf + t_data, walk_cpu + copy_cpu)
+                take = min(hidden, ph["read"])
+                ph["read"] -= take
+                ph["locate"] -= hidden - take
+    else:
+        # ---- DIO / PROV / COAL: explicit reads of one extent per chunk (3, 4), STAG (5)
+        plan = g * cal.plan_record_s
+        ph["locate"] += plan
+        reader_cpu += plan
+        chunk = k * g * f
+        # Per record as measured (extents, pread, hand-out) less the planning counted above.
+        cpu = g * max(0.0, cal.record_s[family] - cal.plan_record_s
+                      + (s - cal.record_bytes) * cal.pread_byte_s)
+        reader_cpu += cpu
+        if not cold:
+            ph["read"] += cpu
+        else:
+            n, size, depth = mech.explicit_requests(chunk, rsize, ra)
+            groups = mech.stagger_groups(R, o.stagger_size) if o.staggered else [R]
+            durations = {}
+            for gsize in sorted(set(groups)):
+                streams = [Stream(node=j // rdr, n=n, size=size, depth=depth, offset=int(j * chunk))
+                           for j in range(gsize)]
+                used = max(1, min(nodes, math.ceil(gsize / rdr)))
+                durations[gsize], c = _phase_time(profile, used, streams, budget)
+                add_counters(c, groups.count(gsize) / k)
+            turn = sum(durations[x] for x in groups[:-1]) + (len(groups) - 1) * alpha
+            ph["read"] += mech.overlapped(durations[groups[-1]] / k, cpu, ra)
+            ph["wait"] += turn / k
+        if o.locate == "index":
+            # Setup: the first reader reads every leaf page once, then scatters the extents.
+            leafs = N / rpl
+            t = 0.0
+            if cold:
+                # One 4 KiB pread per leaf page; a miss reads the readahead window.
+                size = min(rsize, max(mech.PAGE, ra))
+                t, _ = _phase_time(profile, 1, [Stream(node=0, n=leafs, size=size,
+                                                        spacing=int(rpl * f))], budget)
+            setup = t + N * cal.plan_record_s + (R - 1) * (alpha + (N / R) * 16 * beta)
+    ph["wait"] += ring_wait
+    # Ranks per core: a member's CPU per batch and a reader's CPU grow with it (measured at two
+    # points by calibrate: alone and eight ranks per core).
+    per_core = n_node * (nodes if platform.cores_shared else 1) / cores
+    member_s = cal.member_s(per_core)
+    crowd = cal.cpu_factor(per_core)
+    if o.localized:
+        ph["distribute"] += mech.handoff(members, cal.handoff_s / k, member_s)
+    ph["compute"] = b * workload.compute_s_per_sample
+    ph["communicate"] = mech.allreduce(P, workload.model_bytes, alpha, beta, cal.memcpy_byte_s)
+
+    # Ranks outnumbering cores: the node's CPU per iteration over its cores.
+    node_cpu = rdr * reader_cpu * crowd + max(0, n_node - rdr) * member_s
+    critical = sum(ph[x] for x in ("locate", "read", "distribute", "wait"))
+    extra = mech.cpu_bound(node_cpu * (nodes if platform.cores_shared else 1), cores) - critical
+    if extra > 0:
+        ph["wait"] += extra
+    per_iter = sum(ph.values())
+    io_phases = {x: ph[x] for x in ("locate", "read", "distribute", "wait")}
+    row = {"platform": platform.name, "workload": workload.name, "variant": o.name if o.localized
+           else "lmdb", "nprocs": P, "nodes": nodes, "cache": cache,
+           "iterations": workload.iterations, "global_batch": B,
+           "total_s": setup + workload.iterations * per_iter, "setup_s": setup,
+           "per_iteration_s": per_iter, **{f"{x}_s": v for x, v in ph.items()},
+           "dominant_phase": max(ph, key=ph.get), "dominant_io_phase": max(io_phases, key=io_phases.get),
+           **info}
+    row["dominant_mechanism"] = dominant_mechanism(row, o, extra > 0)
+    return row
+
+
+def dominant_mechanism(row: dict, o, cpu_bound: bool) -> str:
+    """The mechanism behind the largest I/O phase, in the papers' words."""
+    ph = row["dominant_io_phase"]
+    if ph == "wait":
+        if cpu_bound:
+            return "ranks outnumber cores (CPU sharing)"
+        if o.locate == "ring":
+            return "(2) DM's cursor ring, one reader after another"
+        return "(5) STAG's turns / storage contention"
+    if ph == "locate":
+        if o.locate == "walk":
+            return "(2) cursor walk past earlier ranks' records (+ its page faults)"
+        return "locating records (index/provenance arithmetic)"
+    if ph == "read":
+        if o.speculative:
+            return "(DM) speculative prefetch: explicit requests, streams per target"
+        if o.fetch == "mmap":
+            return "(1)+(3) page faults: implicit small I/O, woken waiters"
+        return "(4)+(5) explicit reads: request size vs stripe, streams per target"
+    return "(LMM) shared-memory hand-off"
+
+
+def predict(platform: Platform | str, procs, variants=("all",), workloads=None,
+            cal: Calibration | None = None, budget: int = 20000) -> list[dict]:
+    """Rows for every workload x variant x process count of a platform."""
+    plat = load_platform(platform) if not isinstance(platform, Platform) else platform
+    cal = cal or load_calibration()
+    names = list(VARIANTS) if (not variants or "all" in variants) else list(variants)
+    wls = plat.workloads if not workloads else tuple(plat.workload(w) for w in workloads)
+    if not wls:
+        raise ConfigurationError(f"platform {plat.name!r} defines no [[workload]]")
+    rows = []
+    for w in wls:
+        for v in names:
+            for p in procs:
+                rows.append(predict_point(plat, w, v, int(p), cal, budget=budget))
+    return rows
+
+
+def write_predictions(rows: list[dict], out_dir, config: dict, platform: Platform,
+                      cal: Calibration, cal_dir=None) -> Path:
+    """``predictions.csv`` (tidy, one row per workload x variant x P) and ``meta.json``."""
+    import pandas as pd
+
+    from ..notebook_runner import _git_commit, host_meta
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(out / "predictions.csv", index=False)
+    prof = storage_profile(platform, cal, platform.cache)
+    meta = {"host": host_meta(), "git_commit": _git_commit(),
+            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config,
+            "platform": {"file": platform.path, "name": platform.name,
+                         "ranks_per_node": platform.ranks_per_node,
+                         "cores_per_node": platform.cores_per_node,
+                         "readers_per_node": platform.readers_per_node,
+                         "storage": platform.storage, "cache": platform.cache,
+                         "net_alpha_s": platform.net_alpha_s, "net_beta_s": platform.net_beta_s,
+                         "sources": dict(platform.sources),
+                         "workloads": [{**{fl.name: getattr(w, fl.name) for fl in fields(w)
+                                           if fl.name != "sources"},
+                                        "sources": dict(w.sources)} for w in platform.workloads]},
+            "storage_profile": prof.as_dict() if prof is not None else None,
+            "calibration": asdict(cal), "calibration_dir": str(cal_dir or ""),
+            "files": ["predictions.csv"],
+            "phases": list(PHASES),
+            "note": "model parameters come from the platform file's sources and this machine's "
+                    "microbenchmarks; nothing is fitted to the papers' speedups"}
+    (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    return out

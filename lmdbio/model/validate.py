@@ -1,0 +1,171 @@
+"""Validation: predict measured sweeps the model was not fitted to, and report the errors.
+
+Reads ``summary.csv`` files written by ``lmdbio bench`` (the local-disk
+sweeps of ``data/results/bench_issue6/*`` and, when present, the emulated
+GPFS sweep ``data/results/pfs_sweep/*``), predicts every (dataset, variant,
+P, cache, storage) point on the ``this-machine`` platform, and compares the
+measured time of the timed loop (``wall_s``, median of the repeats; their
+min and max are kept) with the predicted iterations x per-iteration time. No measured sweep point is used for calibration: calibrate runs
+its own microbenchmarks.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ..options import VARIANTS
+from .calibrate import Calibration
+from .platform import Platform, Workload, load_platform
+from .predict import PHASES, predict_point
+
+__all__ = ["DEFAULT_SOURCES", "find_summaries", "validate", "error_table", "write_validation"]
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_SOURCES = (REPO / "data" / "results" / "bench_issue6", REPO / "data" / "results" / "pfs_sweep")
+
+
+def find_summaries(sources=DEFAULT_SOURCES) -> list[Path]:
+    """Every ``summary.csv`` under the given directories (missing ones are skipped)."""
+    found = []
+    for s in sources:
+        s = Path(s)
+        if s.is_file() and s.name == "summary.csv":
+            found.append(s)
+        elif s.is_dir():
+            found += sorted(s.rglob("summary.csv"))
+    return found
+
+
+def _find_key(obj, key):
+    if isinstance(obj, dict):
+        if key in obj and isinstance(obj[key], (int, float)):
+            return obj[key]
+        for v in obj.values():
+            r = _find_key(v, key)
+            if r is not None:
+                return r
+    elif isinstance(obj, list):
+        for v in obj:
+            r = _find_key(v, key)
+            if r is not None:
+                return r
+    return None
+
+
+def _storage_of(row, meta: dict) -> tuple[str, float | None]:
+    """``("disk", None)`` for a local-disk sweep, ``(profile, time_scale)`` for an emulated one."""
+    st = str(row.get("storage", "") or "")
+    if st.startswith("pfs:"):
+        return st[4:], _find_key(meta, "time_scale")
+    return "disk", None
+
+
+def validate(summaries, platform: Platform | str = "this-machine", cal: Calibration | None = None,
+             budget: int = 20000):
+    """A DataFrame, one row per measured point: measured and predicted seconds and the error."""
+    import pandas as pd
+
+    from .calibrate import load_calibration
+
+    plat = load_platform(platform) if not isinstance(platform, Platform) else platform
+    cal = cal or load_calibration()
+    known = {w.name: w for w in plat.workloads}
+    out = []
+    for path in summaries:
+        path = Path(path)
+        df = pd.read_csv(path)
+        meta_f = path.with_name("meta.json")
+        meta = json.loads(meta_f.read_text()) if meta_f.exists() else {}
+        df = df[(df["status"] == "ok") & df["variant"].isin(VARIANTS)]
+        if "storage" not in df.columns:
+            df = df.assign(storage="local")
+        df["storage"] = df["storage"].fillna("local").astype(str)
+        if "warmup" not in df.columns:
+            df = df.assign(warmup=0)
+        keys = ["dataset_name", "variant", "nprocs", "cache", "storage", "batch_size", "iters",
+                "warmup", "ranks_per_node", "readers_per_node"]
+        df["ranks_per_node"] = df["ranks_per_node"].fillna(0).astype(int)
+        agg = df.groupby(keys, dropna=False).agg(
+            measured_s=("wall_s", "median"), measured_min_s=("wall_s", "min"),
+            measured_max_s=("wall_s", "max"), repeats=("wall_s", "size"),
+            records=("records", "mean"), record_bytes=("record_bytes", "mean")).reset_index()
+        for r in agg.to_dict("records"):
+            storage, scale = _storage_of(r, meta)
+            p = plat.with_(ranks_per_node=int(r["ranks_per_node"] or 0),
+                           readers_per_node=int(r["readers_per_node"] or 1),
+                           storage=storage, storage_time_scale=scale or 1.0)
+            if storage != "disk" and scale is None:
+                from ..pfs.model import load_profile
+                p = p.with_(storage_time_scale=load_profile(storage).time_scale)
+            base = known.get(str(r["dataset_name"]))
+            rec_bytes = int(round(r["record_bytes"] / max(1.0, r["records"])))
+            w = Workload(name=str(r["dataset_name"]), record_bytes=rec_bytes,
+                         key_bytes=base.key_bytes if base else 35,
+                         records=base.records if base else 0, batch_size=int(r["batch_size"]),
+                         iterations=int(r["iters"]))
+            pred = predict_point(p, w, str(r["variant"]), int(r["nprocs"]), cal,
+                                 cache=str(r["cache"]), budget=budget, warmup=int(r["warmup"]))
+            # The sweep times the loop only: setup (DIO's index pass) is outside it.
+            predicted = pred["per_iteration_s"] * int(r["iters"])
+            out.append({"dataset": r["dataset_name"], "variant": r["variant"],
+                        "nprocs": int(r["nprocs"]), "cache": r["cache"], "storage": r["storage"],
+                        "measured_s": float(r["measured_s"]), "predicted_s": predicted,
+                        "rel_error": (predicted - r["measured_s"]) / r["measured_s"],
+                        "measured_min_s": float(r["measured_min_s"]),
+                        "measured_max_s": float(r["measured_max_s"]),
+                        "repeats": int(r["repeats"]), "iterations": int(r["iters"]),
+                        **{f"pred_{x}_s": pred[f"{x}_s"] * int(r["iters"]) for x in PHASES},
+                        "dominant_mechanism": pred["dominant_mechanism"],
+                        "source": str(path.relative_to(REPO) if path.is_relative_to(REPO) else path)})
+    return pd.DataFrame(out)
+
+
+def error_table(df):
+    """Median and worst |relative error| per variant (and per storage), over all points.
+
+    ``median_repeat_spread`` is the median over points of (max - min) / median
+    of the measured repeats: the run-to-run noise of the measurements.
+    """
+    import pandas as pd
+
+    d = df.assign(abs_error=df["rel_error"].abs())
+    if "measured_min_s" in d and "measured_max_s" in d:
+        d["spread"] = (d["measured_max_s"] - d["measured_min_s"]) / d["measured_s"]
+    else:
+        d["spread"] = float("nan")
+
+    def row(storage, variant, g):
+        return {"storage": storage, "variant": variant, "points": len(g),
+                "median_abs_error": float(g["abs_error"].median()),
+                "worst_abs_error": float(g["abs_error"].max()),
+                "median_signed_error": float(g["rel_error"].median()),
+                # How much the repeats of one point differ: the noise the errors sit in.
+                "median_repeat_spread": float(g["spread"].median())}
+    rows = [row(st, v, g) for (st, v), g in d.groupby(["storage", "variant"])]
+    rows += [row("all", v, g) for v, g in d.groupby("variant")]
+    t = pd.DataFrame(rows)
+    order = {v: i for i, v in enumerate(VARIANTS)}
+    return t.sort_values(["storage", "variant"], key=lambda s: s.map(order) if s.name == "variant"
+                         else s).reset_index(drop=True)
+
+
+def write_validation(df, out_dir, config: dict, cal_dir=None) -> Path:
+    """``summary.csv`` (one row per point), ``errors.csv`` (per variant) and ``meta.json``."""
+    from ..notebook_runner import _git_commit, host_meta
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "summary.csv", index=False)
+    err = error_table(df)
+    err.to_csv(out / "errors.csv", index=False)
+    meta = {"host": host_meta(), "git_commit": _git_commit(),
+            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config,
+            "calibration_dir": str(cal_dir or ""), "files": ["summary.csv", "errors.csv"],
+            "criterion": "median |relative error| <= 0.25 per variant (issue 11)",
+            "note": "measured_s is the median over repeats of the timed loop's wall time; "
+                    "no point here was used to calibrate the model"}
+    (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    return out
+

@@ -1,0 +1,334 @@
+"""The scale model: each mechanism moves the right way, calibration round-trips, predict covers 9,216."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from lmdbio.errors import ConfigurationError, LmdbioError
+from lmdbio.model import mechanisms as mech
+from lmdbio.model.calibrate import Calibration, FIXED_VARIANTS, load_calibration, save_calibration
+from lmdbio.model.cli import _procs
+from lmdbio.model.platform import Workload, load_platform
+from lmdbio.model.predict import PHASES, POWERS, predict, predict_point
+from lmdbio.model.storage import Stream, run_phase
+from lmdbio.options import VARIANTS
+from lmdbio.pfs.model import load_profile
+
+
+def fake_calibration(**over) -> Calibration:
+    """Plausible costs of a small machine (tests must not depend on a committed calibration)."""
+    kw = dict(cores=2, cursor_step_s=1e-7, page_fault_s=1e-8, copy_record_s=5e-7, memcpy_byte_s=2e-10,
+              pread_call_s=2e-6, pread_byte_s=2e-10, plan_record_s=3e-8, handoff_s=1e-5,
+              mpi_alpha_s=5e-6, mpi_beta_s=3e-10, member_batch_s=3e-5, member_crowded_s=6e-5, crowd_per_core=8, crowd_cpu_factor=2.0,
+              disk_latency_s=1e-4, disk_bw=1.5e9, disk_readahead=128 << 10,
+              disk_max_request=1 << 20, batch_s={v: 5e-5 for v in FIXED_VARIANTS},
+              record_s={v: 1e-6 for v in FIXED_VARIANTS}, record_bytes=3087)
+    kw.update(over)
+    return Calibration(**kw)
+
+
+CAL = fake_calibration()
+
+
+# ---------------------------------------------------------------- mechanisms, one by one
+
+def test_fault_cost_grows_with_waiting_processes():
+    costs = [mech.fault_cpu(w, 1e-6, 1e-5) for w in (1, 2, 8, 36)]
+    assert costs == sorted(costs) and costs[0] < costs[-1]
+    assert mech.fault_cpu(1, 1e-6, 1e-5) == pytest.approx(1e-6)   # alone: no one else wakes it
+
+
+def test_cursor_walk_is_p_fold_and_the_ring_walks_only_its_own_records():
+    b = 64
+    walks = [mech.cursor_steps("walk", b * p, b) for p in (1, 4, 16)]
+    assert walks == [64, 256, 1024]
+    assert [mech.cursor_steps("ring", b * p, b) for p in (1, 4, 16)] == [64, 64, 64]
+    assert mech.cursor_steps("provenance", 1024, 64) == 0
+    assert mech.ring_cycle(8, 64, 1e-7, 1e-6) > mech.ring_cycle(2, 64, 1e-7, 1e-6)
+
+
+def test_implicit_requests_are_small_and_explicit_ones_follow_the_read_size():
+    nbytes = 8 << 20
+    faults_no_ra, size, _ = mech.mmap_requests(nbytes, 0, 256 << 10)
+    assert size == 4096 and faults_no_ra == nbytes / 4096
+    faults_ra, _, _ = mech.mmap_requests(nbytes, 128 << 10, 256 << 10)
+    assert faults_ra < faults_no_ra
+    small = mech.explicit_requests(nbytes, 256 << 10, 0)[0]
+    large = mech.explicit_requests(nbytes, 4 << 20, 4 << 20)[0]
+    assert large < small                      # larger requests, fewer of them
+    assert mech.explicit_requests(1000, 4 << 20, 0)[1] == 4096   # never larger than the data
+
+
+def test_larger_stripe_aligned_requests_mean_fewer_requests():
+    stripe = 256 << 10
+    per_byte = [mech.stripe_pieces(r, stripe) / r for r in (stripe, 4 * stripe, 16 * stripe)]
+    assert per_byte == sorted(per_byte, reverse=True)
+    assert mech.stripe_pieces(stripe, stripe) == 1
+    assert mech.stripe_pieces(stripe + 1, stripe) == 2
+
+
+def test_coalescing_picks_more_batches_for_smaller_batches():
+    ks = [mech.coalesce_factor(g, 4 << 20, 10_000) for g in (4 << 20, 1 << 20, 100_000)]
+    assert ks == sorted(ks) and ks[0] == 1
+    assert all(k & (k - 1) == 0 for k in ks)      # powers of two
+    assert mech.coalesce_factor(100_000, 4 << 20, 3) <= 3
+    assert mech.coalesce_factor(100_000, 0, 100) == 1
+
+
+def test_stagger_groups_split_the_readers():
+    assert sum(mech.stagger_groups(10, 3)) == 10
+    assert len(mech.stagger_groups(16, 2)) > len(mech.stagger_groups(16, 8))
+    assert mech.stagger_groups(16, None) == [8, 8]        # the Reader's default: half
+
+
+def test_member_cost_grows_with_ranks_per_core():
+    costs = [CAL.member_s(x) for x in (0.5, 1, 4, 8, 32)]
+    assert costs == sorted(costs)
+    assert costs[0] == costs[1] == CAL.member_batch_s and costs[-1] == CAL.member_crowded_s
+    factors = [CAL.cpu_factor(x) for x in (1, 4, 8, 64)]
+    assert factors == sorted(factors) and factors[0] == 1.0 and factors[-1] == 2.0
+
+
+def test_handoff_allreduce_and_cpu_sharing():
+    assert mech.handoff(0, 1e-5, 1e-5) == 0.0
+    assert mech.handoff(35, 1e-5, 1e-5) > 0
+    assert mech.allreduce(1, 1 << 20, 1e-6, 1e-10) == 0.0
+    a = [mech.allreduce(p, 100 << 20, 1e-6, 1e-10) for p in (2, 16, 9216)]
+    assert a == sorted(a)
+    assert mech.allreduce(16, 200 << 20, 1e-6, 1e-10) > mech.allreduce(16, 100 << 20, 1e-6, 1e-10)
+    assert mech.cpu_bound(4.0, 2) == 2.0
+    assert mech.overlapped(1.0, 2.0, 4096) == 2.0 and mech.overlapped(1.0, 2.0, 0) == 3.0
+
+
+# ---------------------------------------------------------------- storage through lmdbio.pfs.model
+
+def test_more_streams_per_target_take_longer_each():
+    prof = load_profile("gpfs-2017", time_scale=1.0)
+
+    def per_stream(k):
+        streams = [Stream(node=0, n=16, size=prof.stripe, offset=j * (64 << 20)) for j in range(k)]
+        return max(run_phase(prof, 1, streams)[0])
+    times = [per_stream(k) for k in (1, 8, 64)]
+    assert times == sorted(times) and times[-1] > 4 * times[0]
+
+
+def test_requests_in_flight_are_capped_and_counted_once():
+    prof = load_profile("gpfs-2017", time_scale=1.0)
+    t1, c1 = run_phase(prof, 1, [Stream(node=0, n=32, size=prof.stripe, depth=1)])
+    t8, c8 = run_phase(prof, 1, [Stream(node=0, n=32, size=prof.stripe, depth=8)])
+    assert c1["requests"] == c8["requests"] == 32
+    assert c8["bytes"] == 32 * prof.stripe
+    assert t8[0] < t1[0]          # eight in flight keep eight targets busy
+
+
+def test_one_request_takes_latency_plus_transfer():
+    prof = load_profile("gpfs-2017", time_scale=1.0)
+    t, c = run_phase(prof, 1, [Stream(node=0, n=1, size=prof.stripe)])
+    assert t[0] == pytest.approx(prof.latency_s + prof.stripe / prof.target_bw, rel=1e-6)
+    assert c["requests"] == 1
+
+
+def test_sampling_a_large_phase_agrees_with_simulating_it_whole():
+    prof = load_profile("gpfs-2017", time_scale=1.0)
+    streams = [Stream(node=j // 4, n=200, size=prof.stripe, offset=j * (256 << 20)) for j in range(32)]
+    whole = max(run_phase(prof, 8, streams, budget=10**6)[0])
+    sampled = max(run_phase(prof, 8, streams, budget=800)[0])
+    assert sampled == pytest.approx(whole, rel=0.25)
+
+
+# ---------------------------------------------------------------- the composed model
+
+def _bebop():
+    return load_platform("bebop")
+
+
+def test_more_ranks_per_node_cost_lmdb_more_fault_time_not_lmm():
+    plat = _bebop()
+    w = Workload(name="w", record_bytes=3087, batch_per_process=32, iterations=8)
+    quiet = fake_calibration(handoff_s=0.0)
+
+    def herd(variant, rpn):
+        p = plat.with_(ranks_per_node=rpn)
+        return (predict_point(p, w, variant, rpn, CAL)["read_s"]
+                - predict_point(p, w, variant, rpn, quiet)["read_s"])
+    # Every waiting process is woken per completion: the cost grows with ranks per node.
+    assert herd("lmdb", 36) > herd("lmdb", 4) > 0
+    # A node's LMM reader faults alone: its data faults wake nobody else.
+    assert herd("lmdbio-lmm", 36) < herd("lmdb", 36) / 10
+
+
+def test_the_walk_grows_with_p_and_provenance_removes_it():
+    plat, w = _bebop(), Workload(name="w", record_bytes=3087, batch_per_process=32, iterations=8)
+    walk = [predict_point(plat, w, "lmdb", p, CAL)["locate_s"] for p in (36, 144, 576)]
+    assert walk == sorted(walk) and walk[-1] > 3 * walk[0]
+    prov = [predict_point(plat, w, "lmdbio-lmm-dio-prov", p, CAL)["locate_s"] for p in (36, 576)]
+    assert prov[1] < walk[-1] / 100
+
+
+def test_direct_io_issues_fewer_storage_requests_than_page_faults():
+    plat, w = _bebop(), Workload(name="w", record_bytes=3087, batch_per_process=32, iterations=8)
+    lmm = predict_point(plat, w, "lmdbio-lmm", 72, CAL)
+    dio = predict_point(plat, w, "lmdbio-lmm-dio-prov", 72, CAL)
+    assert dio["storage_requests"] < lmm["storage_requests"]
+    assert (dio["storage_bytes"] / dio["storage_requests"]
+            > 1.5 * lmm["storage_bytes"] / lmm["storage_requests"])
+
+
+def test_warm_cache_has_no_storage_time_and_ranks_beyond_cores_wait():
+    plat = load_platform("this-machine")
+    w = Workload(name="w", record_bytes=3087, batch_size=256, records=60000, iterations=10)
+    warm = predict_point(plat, w, "lmdbio-lmm", 1, CAL, cache="warm")
+    assert warm["storage_requests"] == 0
+    crowded = predict_point(plat, w, "lmdb", 16, CAL, cache="warm")
+    assert crowded["wait_s"] > 0 and crowded["dominant_mechanism"].startswith("ranks outnumber")
+
+
+def test_predict_is_finite_and_positive_for_every_variant_up_to_9216():
+    rows = predict(_bebop(), POWERS, ["all"], cal=CAL, budget=400)
+    df = pd.DataFrame(rows)
+    assert set(df["variant"]) == set(VARIANTS)
+    assert set(df["nprocs"]) == set(POWERS) and max(POWERS) == 9216
+    assert len(df) == len(VARIANTS) * len(POWERS) * len(_bebop().workloads)
+    for col in ["total_s", "per_iteration_s"]:
+        assert df[col].map(math.isfinite).all() and (df[col] > 0).all()
+    phases = df[[f"{p}_s" for p in PHASES]]
+    assert (phases >= 0).all().all()
+    assert (phases.sum(axis=1) - df["per_iteration_s"]).abs().max() < 1e-9
+    assert (df["total_s"] >= df["iterations"] * df["per_iteration_s"] - 1e-9).all()
+
+
+def test_predict_rejects_bad_inputs():
+    plat, w = _bebop(), Workload(name="w", record_bytes=3087, batch_size=8, iterations=1)
+    with pytest.raises(ConfigurationError, match="smaller than"):
+        predict_point(plat, w, "lmdb", 16, CAL)
+    with pytest.raises(ValueError):
+        predict_point(plat, w, "lmdb", 0, CAL)
+    with pytest.raises(ConfigurationError, match="unknown variant"):
+        predict_point(plat, w, "lmdbio-xyz", 1, CAL)
+
+
+# ---------------------------------------------------------------- files: calibration, platforms, CLI
+
+def test_calibration_round_trips(tmp_path):
+    cal = fake_calibration(cursor_step_s=1.234e-7, disk_readahead=8 << 20)
+    out = save_calibration(cal, tmp_path / "cal", config={"x": 1})
+    assert (out / "meta.json").exists()
+    back = load_calibration(out)
+    assert back == cal
+    assert load_calibration(out / "calibration.json") == cal
+    units = json.loads((out / "calibration.json").read_text())["units"]
+    assert units["disk_bw"] == "bytes/s" and units["cursor_step_s"] == "s"
+
+
+def test_missing_or_foreign_calibration_is_a_clear_error(tmp_path):
+    with pytest.raises(LmdbioError, match="lmdbio model calibrate"):
+        load_calibration(tmp_path)
+    (tmp_path / "calibration.json").write_text(json.dumps({"values": {"cores": 2}}))
+    with pytest.raises(LmdbioError, match="rerun"):
+        load_calibration(tmp_path)
+
+
+def test_platform_files_load_and_bad_ones_fail_clearly(tmp_path):
+    b = _bebop()
+    assert b.ranks_per_node == 36 and {w.name for w in b.workloads} >= {"cifar10-large-alexnet"}
+    assert b.workload("cifar10-large-alexnet").global_batch(72) == 72 * 256
+    assert "source" in b.sources["ranks_per_node"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\nranks_per_node = 4\ncores_per_node = 4\nstorage = "disk"\n'
+                   '[[workload]]\nname = "w"\nrecord_bytes = 10\nbatch_size = 4\nbatch_per_process = 2\n')
+    with pytest.raises(ConfigurationError, match="exactly one"):
+        load_platform(bad)
+    with pytest.raises(ConfigurationError, match="no platform"):
+        load_platform("no-such-cluster")
+
+
+def test_procs_ellipsis_follows_the_posters_axis():
+    assert _procs("1,2,4,8,16,36,72,...,9216") == list(POWERS)
+    assert _procs("1,...,8") == [1, 2, 4, 8]
+    with pytest.raises(ValueError):
+        _procs("0,4")
+
+
+def test_cli_predict_writes_tidy_predictions(tmp_path, capsys):
+    from lmdbio.cli import main
+
+    cal_dir = save_calibration(CAL, tmp_path / "cal")
+    rc = main(["model", "predict", "--platform", "bebop", "--procs", "1,36,...,288",
+               "--variants", "lmdb,lmdbio-lmm-dio-prov", "--calibration", str(cal_dir),
+               "--out", str(tmp_path / "pred"), "--budget", "300"])
+    assert rc == 0
+    df = pd.read_csv(tmp_path / "pred" / "predictions.csv")
+    for col in ["platform", "variant", "nprocs", "total_s", *[f"{p}_s" for p in PHASES]]:
+        assert col in df.columns
+    assert sorted(set(df["nprocs"])) == [1, 36, 72, 144, 288]
+    meta = json.loads((tmp_path / "pred" / "meta.json").read_text())
+    assert meta["platform"]["name"] == "bebop" and meta["storage_profile"]["name"] == "gpfs-2017"
+    assert main(["model", "predict", "--platform", "nowhere", "--out", str(tmp_path / "x"),
+                 "--calibration", str(cal_dir)]) == 1
+    assert "no platform" in capsys.readouterr().err
+
+
+def test_validate_reports_errors_per_variant(tmp_path):
+    from lmdbio.model.validate import error_table, validate, write_validation
+
+    d = tmp_path / "sweep"
+    d.mkdir()
+    rows = []
+    for v in ("lmdb", "lmdbio-lmm-dio-prov"):
+        for p in (1, 4):
+            for rep, wall in enumerate((0.10, 0.12, 0.11)):
+                rows.append(dict(dataset="x", dataset_name="cifar10", variant=v, nprocs=p, cache="warm",
+                                 repeat=rep, batch_size=256, iters=100, ranks_per_node=None,
+                                 readers_per_node=1, status="ok", wall_s=wall * p,
+                                 records=25600, record_bytes=25600 * 3087))
+    pd.DataFrame(rows).to_csv(d / "summary.csv", index=False)
+    df = validate([d / "summary.csv"], "this-machine", CAL, budget=300)
+    assert len(df) == 4
+    assert set(["variant", "nprocs", "cache", "storage", "measured_s", "predicted_s",
+                "rel_error"]) <= set(df.columns)
+    assert df["measured_s"].tolist() == pytest.approx([0.11, 0.44, 0.11, 0.44])   # medians
+    assert (df["rel_error"] == (df["predicted_s"] - df["measured_s"]) / df["measured_s"]).all()
+    err = error_table(df)
+    assert set(err["variant"]) == {"lmdb", "lmdbio-lmm-dio-prov"}
+    out = write_validation(df, tmp_path / "val", {})
+    assert (out / "summary.csv").exists() and (out / "errors.csv").exists()
+
+
+def test_validate_reads_an_emulated_pfs_sweep(tmp_path):
+    from lmdbio.model.validate import validate
+
+    d = tmp_path / "pfs"
+    d.mkdir()
+    rows = [dict(dataset="x", dataset_name="cifar10", variant=v, nprocs=4, cache="cold",
+                 storage="pfs:gpfs-2017", repeat=0, batch_size=256, iters=20, warmup=1,
+                 ranks_per_node=4, readers_per_node=1, status="ok", wall_s=1.0, records=5120,
+                 record_bytes=5120 * 3087) for v in ("lmdb", "lmdbio-lmm-dio-prov")]
+    pd.DataFrame(rows).to_csv(d / "summary.csv", index=False)
+    (d / "meta.json").write_text(json.dumps({"config": {"storage": "pfs:gpfs-2017",
+                                                        "profile": {"time_scale": 4.0}}}))
+    df = validate([d / "summary.csv"], "this-machine", CAL, budget=300)
+    assert set(df["storage"]) == {"pfs:gpfs-2017"}
+    # A slower emulated storage (time_scale 4) than the real one predicts longer reads.
+    (d / "meta.json").write_text(json.dumps({"config": {"profile": {"time_scale": 1.0}}}))
+    fast = validate([d / "summary.csv"], "this-machine", CAL, budget=300)
+    assert (df["predicted_s"].to_numpy() > fast["predicted_s"].to_numpy()).all()
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_calibrate_measures_positive_costs_here(tmp_path):
+    from lmdbio.model.calibrate import run_calibration
+
+    cal = run_calibration(tmp_path, records=1000, progress=False)
+    for f in dataclasses.fields(cal):
+        v = getattr(cal, f.name)
+        if f.name in ("batch_s", "record_s"):
+            assert set(v) == set(FIXED_VARIANTS) and all(x > 0 for x in v.values())
+        else:
+            assert math.isfinite(v) and v > 0, f.name
+    assert not list(tmp_path.iterdir())   # scratch removed
