@@ -6,25 +6,40 @@ STAMP  := $(VENV)/.installed-stamp
 DATA   := data/datasets
 LMDBIO := $(BIN)/lmdbio
 
-.PHONY: venv test reproduce datasets notebooks figures lab bench bench-issue6 clean help
+SCALE   ?= default
+CLUSTER ?= mpi
+SLURM_DIR ?= build/slurm
+
+.PHONY: venv lock test test-slurm fuzz reproduce datasets notebooks figures lab bench bench-issue6 \
+	cluster-up cluster-down clean help
 
 help:
 	@echo "make reproduce  - venv, datasets, experiments, notebooks, figures (the main job)"
+	@echo "                  SCALE=tiny|default|large CLUSTER=mpi|slurm (default: default, mpi)"
 	@echo "make test       - venv and the whole test suite"
-	@echo "make venv       - create/update .venv from pyproject.toml"
+	@echo "make venv       - create/update .venv: pyproject.toml's [dev] extra, pinned by constraints.txt"
+	@echo "make lock       - rewrite constraints.txt from the current .venv"
+	@echo "make test-slurm - only the tests on a local 2-node Slurm (pytest -m slurm)"
+	@echo "make fuzz       - the long fuzz campaign over damaged data.mdb files"
+	@echo "make cluster-up / cluster-down - a 2-node Slurm on this host, to try CLUSTER=slurm by hand"
 	@echo "make datasets   - the default datasets under $(DATA)/"
 	@echo "make figures    - replot every figure from committed results (no MPI)"
 	@echo "make lab        - JupyterLab on notebooks/"
 	@echo "make bench      - a quick lmdbio bench sweep (prints a table)"
 	@echo "make bench-issue6 - the full variants x P=1,4,16 x warm/cold sweep (about 15 min)"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+# The exact versions of the current .venv become the reproduction's pins.
+lock: venv
+	@{ sed -n '1,3p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable | grep -v '^lmdbio'; } \
+		> constraints.txt.new && mv constraints.txt.new constraints.txt
 
 test: venv
 	$(BIN)/python -m pytest tests
@@ -40,7 +55,7 @@ datasets: $(DATA)/cifar10/data.mdb $(DATA)/imagenet/data.mdb
 # Every notebook in order at the default scale on local MPI engines:
 # results to data/results/, figures to figures/, executed copies to build/.
 reproduce: venv datasets
-	$(BIN)/python -m lmdbio.notebook_runner --scale default --out build/notebooks
+	$(BIN)/python -m lmdbio.notebook_runner --scale $(SCALE) --cluster $(CLUSTER) --out build/notebooks
 
 # Replot every figure from the committed results (RUN=False), no MPI.
 figures: venv
@@ -56,6 +71,20 @@ bench: venv $(DATA)/cifar10/data.mdb
 
 bench-issue6: venv
 	benchmarks/run_issue6.sh
+
+test-slurm: venv
+	$(BIN)/python -m pytest -m slurm tests
+
+fuzz: venv
+	LMDBIO_FUZZ_CASES=20000 $(BIN)/python -m pytest tests/test_fuzz.py
+
+# A 2-node Slurm on this host (root: installs slurm-wlm and munge if missing).
+# Then: export SLURM_CONF=$$PWD/$(SLURM_DIR)/slurm.conf; make reproduce CLUSTER=slurm SCALE=tiny
+cluster-up: venv
+	$(BIN)/python -m lmdbio.testing.slurm up --dir $(SLURM_DIR)
+
+cluster-down: venv
+	$(BIN)/python -m lmdbio.testing.slurm down --dir $(SLURM_DIR)
 
 clean:
 	rm -rf build .pytest_cache

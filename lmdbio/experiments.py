@@ -27,7 +27,7 @@ __all__ = ["engine_info", "check_shared_memory", "ensure_dataset", "ensure_datas
 # --- engine-side checks (notebook 00) -----------------------------------------------------------
 
 def engine_info(comm) -> dict:
-    """Where this rank runs: host, pid, rank, CPU affinity, Python/MPI/LMDB versions."""
+    """Where this rank runs: host, pid, rank, CPU affinity, Python/MPI/LMDB versions, Slurm node."""
     import lmdb
     import mpi4py
     from mpi4py import MPI
@@ -40,6 +40,9 @@ def engine_info(comm) -> dict:
         "mpi_library": MPI.Get_library_version().splitlines()[0].strip(),
         "mpi_standard": "%d.%d" % MPI.Get_version(), "py_lmdb": lmdb.__version__,
         "liblmdb": ".".join(map(str, lmdb.version())),
+        # On Slurm: the node as Slurm names it (two "nodes" may share a hostname).
+        "slurm_node": os.environ.get("SLURMD_NODENAME", ""),
+        "slurm_job": os.environ.get("SLURM_JOB_ID", ""),
     }
 
 

@@ -105,14 +105,16 @@ def run_notebooks(scale: str = "default", out: str | os.PathLike = "build/notebo
                   figures_root: str | os.PathLike | None = None,
                   datasets_root: str | os.PathLike | None = None,
                   extra: dict | None = None, timeout: int | None = None,
-                  progress: bool = False) -> list[dict]:
+                  progress: bool = False, cluster: str | None = None) -> list[dict]:
     """Execute the notebooks in order; returns one ``{"notebook", "seconds", "ok"}`` per notebook.
+
+    ``cluster`` (``"mpi"`` or ``"slurm"``) is where the notebooks' engines run:
+    it is passed to every ``MPICluster()`` through ``$LMDBIO_CLUSTER`` (the
+    Slurm settings come from the user's config, see ``lmdbio.cluster``).
 
     Stops at the first failing notebook (its executed copy, with the
     traceback, is in ``out``) and raises papermill's error.
     """
-    import papermill as pm
-
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
     out = Path(out).resolve()
@@ -128,8 +130,29 @@ def run_notebooks(scale: str = "default", out: str | os.PathLike = "build/notebo
     env_path = str(Path(sys.executable).parent)
     if env_path not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = env_path + os.pathsep + os.environ.get("PATH", "")
+    old_cluster = os.environ.get("LMDBIO_CLUSTER")
+    if cluster:
+        os.environ["LMDBIO_CLUSTER"] = cluster   # the kernels inherit it
+    try:
+        done = _execute(notebooks(only), out, params, scale, run, progress, timeout)
+    finally:
+        if cluster:
+            if old_cluster is None:
+                os.environ.pop("LMDBIO_CLUSTER", None)
+            else:
+                os.environ["LMDBIO_CLUSTER"] = old_cluster
+    (out / "timings.json").write_text(json.dumps(
+        {"scale": scale, "RUN": run, "total_s": round(sum(d["seconds"] for d in done), 1),
+         "notebooks": done}, indent=2) + "\n")
+    return done
+
+
+def _execute(paths: list[Path], out: Path, params: dict, scale: str, run: bool, progress: bool,
+             timeout: int | None) -> list[dict]:
+    import papermill as pm
+
     done = []
-    for nb in notebooks(only):
+    for nb in paths:
         t0 = time.monotonic()
         print(f"[notebooks] {nb.name} (scale={scale}, RUN={run}) ...", flush=True)
         try:
@@ -142,9 +165,6 @@ def run_notebooks(scale: str = "default", out: str | os.PathLike = "build/notebo
             raise
         done.append({"notebook": nb.name, "seconds": round(time.monotonic() - t0, 1), "ok": True})
         print(f"[notebooks] {nb.name} done in {done[-1]['seconds']:.0f} s", flush=True)
-    (out / "timings.json").write_text(json.dumps(
-        {"scale": scale, "RUN": run, "total_s": round(sum(d["seconds"] for d in done), 1),
-         "notebooks": done}, indent=2) + "\n")
     return done
 
 
@@ -160,12 +180,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--figures-root", help="default: figures")
     p.add_argument("--datasets-root", help="default: data/datasets")
     p.add_argument("--timeout", type=int, default=None, help="seconds per cell (default: none)")
+    p.add_argument("--cluster", choices=["mpi", "slurm"], default=None,
+                   help="where the engines run (default: $LMDBIO_CLUSTER or local mpi)")
     args = p.parse_args(argv)
     t0 = time.monotonic()
     try:
         done = run_notebooks(args.scale, args.out, run=not args.replot, only=args.only,
                              results_root=args.results_root, figures_root=args.figures_root,
-                             datasets_root=args.datasets_root, timeout=args.timeout)
+                             datasets_root=args.datasets_root, timeout=args.timeout,
+                             cluster=args.cluster)
     except Exception as exc:
         print(f"[notebooks] stopped: {type(exc).__name__}: {str(exc)[:2000]}", file=sys.stderr)
         return 1

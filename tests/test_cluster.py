@@ -56,8 +56,30 @@ def test_slurm_config_template_with_setup_lines():
                            "setup": ["source ~/venv/bin/activate"]})
     t = cfg.SlurmEngineSetLauncher.batch_template
     assert "#SBATCH --account=p" in t and "#SBATCH --constraint=ssd" in t
-    assert t.index("source ~/venv/bin/activate") < t.index("srun {program_and_args}")
-    assert "{n}" in t
+    # One MPI world: srun with a PMI (plain srun gives every engine its own COMM_WORLD).
+    assert t.index("source ~/venv/bin/activate") < t.index("srun --mpi=pmi2 ")
+    assert t.rstrip().endswith("{program_and_args}")
+    assert "#SBATCH --ntasks={n}" in t
+
+
+def test_slurm_layout_from_env_and_mpiexec_inside_the_job(tmp_path):
+    s = C.slurm_settings(tmp_path / "none.yaml", env={"LMDBIO_SLURM_NODES": "4",
+                                                      "LMDBIO_SLURM_TASKS_PER_NODE": "36",
+                                                      "LMDBIO_SLURM_MPI": "mpiexec"})
+    assert (s["nodes"], s["tasks_per_node"]) == (4, 36)
+    t = C.engine_batch_script(s)
+    assert "#SBATCH --nodes=4" in t and "#SBATCH --ntasks-per-node=36" in t
+    assert f"{C.mpiexec()} -n {{n}} {{program_and_args}}" in t and "srun" not in t
+    with pytest.raises(ConfigurationError, match="whole number"):
+        C.slurm_settings(tmp_path / "none.yaml", env={"LMDBIO_SLURM_NODES": "two"})
+
+
+def test_cluster_kind_from_environment(monkeypatch):
+    monkeypatch.setenv("LMDBIO_CLUSTER", "slurm")
+    assert C.MPICluster(n=2).engines == "slurm"
+    monkeypatch.setenv("LMDBIO_CLUSTER", "pbs")
+    with pytest.raises(ConfigurationError, match="LMDBIO_CLUSTER"):
+        C.MPICluster(n=2)
 
 
 @pytest.mark.parametrize("kw", [dict(n=0), dict(n=2, engines="pbs"), dict(n=2, controller="k8s")])
@@ -127,6 +149,37 @@ def test_failure_on_every_rank_is_raised(cl):
     assert cl.run(_size_and_rank, 2) == [(2, 0), (2, 1)]  # still usable
 
 
+def _on_error(comm):
+    import os
+
+    return os.environ.get("LMDBIO_ON_ERROR")
+
+
+def _reader_raises_on_all(comm, path):
+    import lmdbio
+
+    with lmdbio.Reader(path, 4, comm, "lmdbio-lmm-dio") as r:
+        r.read_batch()
+        raise KeyError(f"a typo in a cell, rank {comm.Get_rank()}")
+
+
+def _reader_reads(comm, path):
+    import lmdbio
+
+    with lmdbio.Reader(path, 4, comm, "lmdbio-lmm-dio") as r:
+        return list(r.read_batch().indices)
+
+
+@pytest.mark.mpi
+def test_an_error_inside_with_reader_reaches_the_notebook_and_engines_stay(cl, datasets):
+    """Engines run with LMDBIO_ON_ERROR=raise: a cell's error is an exception, never MPI_Abort."""
+    assert cl.run(_on_error, 2) == ["raise", "raise"]
+    with pytest.raises(C.EngineFailure, match="a typo in a cell"):
+        cl.run(_reader_raises_on_all, 2, str(datasets["cifar10"]))
+    assert cl.view is not None
+    assert cl.run(_reader_reads, 2, str(datasets["cifar10"])) == [[0, 1], [2, 3]]
+
+
 @pytest.mark.mpi
 def test_datasets_pages_and_timeline(cl, tmp_path):
     path = tmp_path / "c"
@@ -152,11 +205,96 @@ def test_datasets_pages_and_timeline(cl, tmp_path):
     assert len(table) == 300 and (table["true_offset"] > 0).all()
 
 
+def _gone(pids, wait: float = 60.0) -> list[int]:
+    """The pids still alive after waiting up to ``wait`` s (a bound, not a timing assert)."""
+    import os
+    import time
+
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (ProcessLookupError, OSError):
+            return False
+
+    deadline = time.monotonic() + wait
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [p for p in pids if alive(p)]
+
+
+def _engine_shm(c) -> set[str]:
+    files = set().union(*(C.shm_files(p["pid"]) for p in c.processes))
+    assert files, "the engines map no MPICH segment; nothing to check"
+    return files
+
+
+def _shm_count() -> int:
+    return sum(1 for f in Path("/dev/shm").iterdir() if f.name.startswith("mpich_shm_"))
+
+
 @pytest.mark.mpi
-def test_hung_ranks_stop_the_cluster():
-    # Last: it ends its own cluster (the others wait in a barrier forever).
+def test_stop_shuts_engines_down_through_mpi_finalize():
+    """A normal stop: engines leave by themselves (MPI_Finalize), MPICH removes its segments."""
+    before = _shm_count()
+    with C.MPICluster(n=2, work_dir=HERE) as c:
+        assert all(s["all_slices_visible"] for s in c.run(E.check_shared_memory, 2))
+        pids = [p["pid"] for p in c.processes]
+        files = _engine_shm(c)
+    assert _gone(pids) == []
+    assert c.removed_shm == [], "stop() had to remove segments: the engines did not finalize"
+    assert [f for f in files if Path(f).exists()] == []
+    print(f"/dev/shm mpich_shm_* entries: {before} before, {_shm_count()} after a normal run")
+
+
+@pytest.mark.mpi
+def test_hung_ranks_stop_the_cluster_and_leave_no_segment():
+    # It ends its own cluster (the others wait in a barrier forever).
+    before = _shm_count()
     with C.MPICluster(n=2, work_dir=HERE) as c:
         c.failure_grace = 2.0
+        pids = [p["pid"] for p in c.processes]
+        files = _engine_shm(c)
         with pytest.raises(C.EngineFailure, match="rank 0 failed"):
             c.run(_raise_on_rank0_others_wait, 2)
         assert c.view is None
+    assert _gone(pids) == []
+    assert [f for f in files if Path(f).exists()] == []
+    print(f"/dev/shm mpich_shm_* entries: {before} before, {_shm_count()} after a failing rank")
+
+
+CLIENT = """
+import json, sys, time
+from lmdbio import cluster as C
+c = C.MPICluster(n=2, work_dir=sys.argv[1]).start()
+c.run(__import__("lmdbio.experiments").experiments.check_shared_memory, 2)
+files = sorted(set().union(*(C.shm_files(p["pid"]) for p in c.processes)))
+print(json.dumps({"engines": [p["pid"] for p in c.processes],
+                  "controller": c.cluster.controller.process.pid, "shm": files}), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.mpi
+def test_engines_and_controller_end_when_the_client_is_killed(tmp_path):
+    """The watchdog: a kernel killed with SIGKILL leaves no engine, controller or segment."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    before = _shm_count()
+    proc = subprocess.Popen([sys.executable, "-c", CLIENT, str(HERE)], stdout=subprocess.PIPE,
+                            text=True, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(HERE.parent)})
+    try:
+        line = proc.stdout.readline()
+        assert line, "the client script did not start its cluster"
+        info = json.loads(line)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert info["shm"]
+    assert _gone(info["engines"] + [info["controller"]]) == []
+    assert [f for f in info["shm"] if Path(f).exists()] == []
+    print(f"/dev/shm mpich_shm_* entries: {before} before, {_shm_count()} after a killed client")

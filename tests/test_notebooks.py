@@ -17,7 +17,24 @@ from lmdbio.notebook_runner import REPO, notebooks, run_notebooks
 
 NOTEBOOKS = notebooks()
 EXPECTED = ["00_environment", "01_datasets", "02_lmdb_analysis", "03_lmm", "04_dm", "05_dio",
-            "06_prov", "07_coal", "08_stag", "09_scaling", "10_training"]
+            "06_prov", "07_coal", "08_stag", "09_scaling", "10_training", "11_scale_model"]
+
+
+# What a cluster's engines or controller print when they are killed instead of shut down.
+ENGINE_NOISE = re.compile(r"Traceback|KernelNanny|\[IPEngine|\[IPController|\[Engine\.|"
+                          r"received signal \d+|Event loop stopped before Future completed")
+
+
+def engine_noise(nb_path: Path) -> list[str]:
+    """Lines of a notebook's outputs that are tracebacks or engine/controller log lines."""
+    nb = nbformat.read(nb_path, as_version=4)
+    found = []
+    for c in nb.cells:
+        for o in c.get("outputs", []):
+            text = o.get("text", "") + "\n".join(o.get("traceback", []))
+            text += "".join(str(v) for k, v in o.get("data", {}).items() if k == "text/plain")
+            found += [line for line in text.splitlines() if ENGINE_NOISE.search(line)]
+    return found
 
 
 def _figures(nb_path: Path) -> list[str]:
@@ -77,6 +94,9 @@ def test_every_notebook_runs_at_tiny_scale_and_writes_its_figures(tmp_path):
                 f = tmp_path / "figures" / f"{fig}.{ext}"
                 assert f.exists() and f.stat().st_size > 1000, f"{path.name} did not write {f.name}"
         assert (tmp_path / "out" / path.name).exists()
+        # Starting and stopping clusters prints no traceback and no engine log line.
+        noise = engine_noise(tmp_path / "out" / path.name)
+        assert noise == [], f"{path.name} shows engine output: {noise[:5]}"
     assert any((tmp_path / "results").rglob("meta.json"))
     # The committed figures were not touched.
     assert {p: p.stat().st_mtime for p in (REPO / "figures").glob("*.png")} == committed
