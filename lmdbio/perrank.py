@@ -101,14 +101,20 @@ class KeyGet(PerRankStrategy):
     def _list_keys(self, r, row: dict) -> None:
         # As a Dataset does in __init__: list the keys (here only this rank's).
         self._pos = _own_positions(r.n, r.batch_size, r.rank * r.per_rank, r.per_rank)
-        want = np.zeros(r.n, dtype=bool)
-        want[self._pos] = True
-        cur = r._walker.txn.cursor()
-        try:
-            self._keys = [bytes(k) for i, k in enumerate(cur.iternext(keys=True, values=False))
-                          if want[i]]
-        finally:
-            cur.close()
+        self._keys = self._keys_from_leaves(r)
+        self.keys_from = "leaf pages" if self._keys is not None else "cursor"
+        if self._keys is None:
+            # A cursor listing keys still reads the first page of every
+            # overflow value (LMDB returns the value with the key), so on cold
+            # storage it reads the whole file in setup: the fallback only.
+            want = np.zeros(r.n, dtype=bool)
+            want[self._pos] = True
+            cur = r._walker.txn.cursor()
+            try:
+                self._keys = [bytes(k) for i, k in enumerate(cur.iternext(keys=True, values=False))
+                              if want[i]]
+            finally:
+                cur.close()
         if len(self._keys) != len(self._pos):
             from .errors import SnapshotError
 
@@ -116,6 +122,23 @@ class KeyGet(PerRankStrategy):
                                 f"{len(self._pos)} keys in the snapshot; the database changed")
         self._get = r._walker.txn.get
         row["keys_listed"] = len(self._keys)
+
+    def _keys_from_leaves(self, r) -> list[bytes] | None:
+        """This rank's keys from the leaf pages of the reader's own snapshot (the
+        stored key list a Dataset would load), or None when that snapshot is not
+        the current tree (a writer committed since): the cursor lists them then."""
+        from .errors import LmdbioError
+        from .index import build_index
+
+        try:
+            idx = build_index(r.path)
+            if idx.txnid != r._walker.txn.id() or len(idx) != r.n:
+                return None
+            # Our read transaction pins this version's pages, so the walk was safe.
+            keys = idx.keys(0, r.n)
+        except LmdbioError:
+            return None
+        return [keys[i] for i in self._pos.tolist()]
 
     def read(self, r, t: int):
         from .io import positions_runs
