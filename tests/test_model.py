@@ -27,7 +27,8 @@ def fake_calibration(**over) -> Calibration:
               mpi_alpha_s=5e-6, mpi_beta_s=3e-10, member_batch_s=3e-5, member_crowded_s=6e-5, crowd_per_core=8, crowd_cpu_factor=2.0,
               disk_latency_s=1e-4, disk_bw=1.5e9, disk_readahead=128 << 10,
               disk_max_request=1 << 20, batch_s={v: 5e-5 for v in FIXED_VARIANTS},
-              record_s={v: 1e-6 for v in FIXED_VARIANTS}, record_bytes=3087)
+              record_s={v: 1e-6 for v in FIXED_VARIANTS}, record_bytes=3087,
+              pfs_inflight=1.5, pfs_inflight_source="test: a plausible FUSE depth")
     kw.update(over)
     return Calibration(**kw)
 
@@ -62,6 +63,46 @@ def test_implicit_requests_are_small_and_explicit_ones_follow_the_read_size():
     large = mech.explicit_requests(nbytes, 4 << 20, 4 << 20)[0]
     assert large < small                      # larger requests, fewer of them
     assert mech.explicit_requests(1000, 4 << 20, 0)[1] == 4096   # never larger than the data
+
+
+def test_explicit_read_depth_is_a_parameter_and_more_depth_is_faster():
+    n, size, depth = mech.explicit_requests(4 << 20, 256 << 10, 64 << 10, 1.5)
+    assert size == 128 << 10 and n == 32 and depth == 1.5
+    assert mech.explicit_requests(4 << 20, 256 << 10, 64 << 10, 100)[2] == 32   # at most n
+    with pytest.raises(ValueError, match="inflight"):
+        mech.explicit_requests(4 << 20, 256 << 10, 64 << 10, 0.5)
+    prof = load_profile("gpfs-2017", time_scale=1.0)
+    times = [run_phase(prof, 1, [Stream(node=0, n=n, size=size, depth=d)])[0][0]
+             for d in (1, 1.5, 2, 12)]
+    assert times == sorted(times, reverse=True) and times[0] > 4 * times[-1]
+    # One at a time: n x (latency + transfer); 1.5 in flight: two thirds of that.
+    one = n * (prof.latency_s + size / prof.target_bw)
+    assert times[0] == pytest.approx(one, rel=1e-6) and times[1] == pytest.approx(one / 1.5, rel=1e-6)
+
+
+def test_predicted_explicit_read_time_falls_with_the_depth():
+    w = Workload(name="w", record_bytes=196623, batch_size=256, records=2000, iterations=6)
+    pfs = load_platform("this-machine").with_(storage="gpfs-2017")
+
+    def read(plat, cal, variant="lmdbio-lmm-dio-prov"):
+        return predict_point(plat, w, variant, 1, cal, cache="cold")["read_s"]
+    # From the calibration (pfs storage, explicit_inflight = 0) ...
+    r = [read(pfs, fake_calibration(pfs_inflight=d)) for d in (1.0, 1.5, 4.0, 12.0)]
+    assert r == sorted(r, reverse=True) and r[0] > 2 * r[-1]
+    # ... or from the platform, which wins over the calibration.
+    fixed = [read(pfs.with_(explicit_inflight=d), fake_calibration(pfs_inflight=1.0)) for d in (1, 12)]
+    assert fixed[0] > fixed[1]
+    assert predict_point(pfs.with_(explicit_inflight=3), w, "lmdbio-lmm-dio", 1, CAL,
+                         cache="cold")["explicit_inflight"] == 3
+    # Page faults do not use the explicit depth.
+    assert read(pfs, fake_calibration(pfs_inflight=1.0), "lmdbio-lmm") == pytest.approx(
+        read(pfs, fake_calibration(pfs_inflight=12.0), "lmdbio-lmm"))
+    # Without a measured depth the stated estimate applies, and says so.
+    from lmdbio.model.predict import explicit_depth
+    d, why = explicit_depth(pfs, fake_calibration(pfs_inflight=float("nan"),
+                                                  pfs_inflight_source="skipped: no FUSE"))
+    assert d == mech.IN_FLIGHT and "skipped: no FUSE" in why
+    assert explicit_depth(load_platform("bebop"), CAL) == (12.0, "platform bebop: explicit_inflight")
 
 
 def test_larger_stripe_aligned_requests_mean_fewer_requests():
@@ -223,6 +264,16 @@ def test_calibration_round_trips(tmp_path):
     assert load_calibration(out / "calibration.json") == cal
     units = json.loads((out / "calibration.json").read_text())["units"]
     assert units["disk_bw"] == "bytes/s" and units["cursor_step_s"] == "s"
+    # A skipped PFS measurement is written as null with its reason, and read back as NaN.
+    skipped = fake_calibration(pfs_inflight=float("nan"), pfs_inflight_source="skipped: no /dev/fuse")
+    raw = json.loads((save_calibration(skipped, tmp_path / "s") / "calibration.json").read_text())
+    assert raw["values"]["pfs_inflight"] is None and "pfs_inflight" in raw["how"]
+    back = load_calibration(tmp_path / "s")
+    assert math.isnan(back.pfs_inflight) and back.pfs_inflight_source == "skipped: no /dev/fuse"
+    # An older calibration without the PFS depth still loads (NaN: not measured).
+    del raw["values"]["pfs_inflight"], raw["values"]["pfs_inflight_source"]
+    (tmp_path / "s" / "calibration.json").write_text(json.dumps(raw))
+    assert math.isnan(load_calibration(tmp_path / "s").pfs_inflight)
 
 
 def test_missing_or_foreign_calibration_is_a_clear_error(tmp_path):
@@ -245,6 +296,12 @@ def test_platform_files_load_and_bad_ones_fail_clearly(tmp_path):
         load_platform(bad)
     with pytest.raises(ConfigurationError, match="no platform"):
         load_platform("no-such-cluster")
+    assert b.explicit_inflight == 12 and "estimate" in b.sources["explicit_inflight"]
+    assert load_platform("this-machine").explicit_inflight == 0
+    bad.write_text('name = "x"\nranks_per_node = 4\ncores_per_node = 4\nstorage = "disk"\n'
+                   'explicit_inflight = 0.5\n')
+    with pytest.raises(ConfigurationError, match="explicit_inflight"):
+        load_platform(bad)
 
 
 def test_procs_ellipsis_follows_the_posters_axis():
@@ -329,6 +386,10 @@ def test_calibrate_measures_positive_costs_here(tmp_path):
         v = getattr(cal, f.name)
         if f.name in ("batch_s", "record_s"):
             assert set(v) == set(FIXED_VARIANTS) and all(x > 0 for x in v.values())
+        elif f.name == "pfs_inflight_source":
+            assert v.startswith(("measured", "skipped")), v
+        elif f.name == "pfs_inflight":
+            assert (v >= 0.5 and v < 64) if v == v else cal.pfs_inflight_source.startswith("skipped")
         else:
             assert math.isfinite(v) and v > 0, f.name
     assert not list(tmp_path.iterdir())   # scratch removed

@@ -22,7 +22,12 @@
   of a member's ``read_batch()`` in a group of 2 ranks and of 8 ranks per
   core, and how much the reader's CPU grows in that crowd;
 - ``disk_latency_s`` / ``disk_bw``: a cold 4 KiB read and the cold
-  sequential bandwidth of the disk under the scratch directory.
+  sequential bandwidth of the disk under the scratch directory;
+- ``pfs_inflight``: the effective depth of a cold large buffered ``pread``
+  through an lmdbio.pfs mount of the gpfs-2017 profile (requests x their
+  unqueued service time / wall time): how many of an explicit read's
+  requests are in flight at once on the emulated PFS. NaN, with the reason
+  in ``pfs_inflight_source``, when FUSE is not available.
 
 It takes well under a minute. Results: ``calibration.json`` (values, units,
 what each measures) and ``meta.json`` (host, versions, commit).
@@ -78,10 +83,17 @@ class Calibration:
     disk_bw: float
     disk_readahead: int
     disk_max_request: int
+    #: Effective explicit-read depth on the emulated PFS (NaN: not measured, see the source).
+    pfs_inflight: float = float("nan")
+    #: How pfs_inflight was measured (profile, reads, spread), or why it was skipped.
+    pfs_inflight_source: str = "not measured (calibration written before this benchmark existed)"
 
     UNITS = {"cores": "count", "disk_bw": "bytes/s", "memcpy_byte_s": "s/byte",
              "pread_byte_s": "s/byte", "mpi_beta_s": "s/byte", "disk_readahead": "bytes",
-             "disk_max_request": "bytes", "crowd_per_core": "ranks per core"}
+             "disk_max_request": "bytes", "crowd_per_core": "ranks per core",
+             "pfs_inflight": "requests in flight (effective)", "pfs_inflight_source": "text"}
+    #: Fields that may be absent from an older calibration.json (their defaults apply).
+    OPTIONAL = ("pfs_inflight", "pfs_inflight_source")
     INTS = ("cores", "disk_readahead", "disk_max_request", "crowd_per_core", "record_bytes")
     #: Fixed seconds of one read_batch() per variant (two-record batches, P = 1): the Python
     #: cost of each locate/fetch path apart from its per-record work.
@@ -320,6 +332,79 @@ def _queue_limits(path: Path) -> tuple[int, int]:
     return 128 << 10, 1 << 20   # Linux defaults (VM_READAHEAD_PAGES; a common max_sectors_kb)
 
 
+PFS_PROFILE = "gpfs-2017"
+PFS_READ = 4 << 20
+
+
+def _pfs_inflight(tmp: Path, reads: int = 8, budget_s: float = 12.0) -> tuple[float, str]:
+    """Effective depth of a cold 4 MiB buffered ``preadv`` through an lmdbio.pfs mount.
+
+    Mounts a 32 MiB scratch file through the gpfs-2017 profile (one node, the
+    profile's own time scale), and for each of ``reads`` distinct 4 MiB
+    regions: evicts the node's cache, times one ``preadv`` and takes the
+    daemon's counters before and after. Depth = sum of the requests'
+    unqueued service times (response - queue wait) / wall time: 1 when the
+    kernel sends one request at a time, more when it overlaps them. Returns
+    ``(median depth, source text)``; ``(nan, reason)`` when FUSE is not
+    available or the mount fails. Takes a few seconds (at most ``budget_s``
+    of reads after the mount).
+    """
+    from ..pfs.model import load_profile
+    from ..pfs.mount import FuseUnavailable, check_fuse, mounted
+
+    try:
+        check_fuse()
+    except FuseUnavailable as exc:
+        return float("nan"), f"skipped: {exc}"
+    src = tmp / "pfs-src"
+    src.mkdir(exist_ok=True)
+    region = PFS_READ
+    with open(src / "depth.bin", "wb") as f:
+        f.write(np.random.default_rng(2).integers(0, 255, reads * region, dtype=np.uint8).tobytes())
+    prof = load_profile(PFS_PROFILE)
+    depths, walls, reqs, kernel, inflight_max = [], [], [], {}, 0
+    try:
+        with mounted(src, profile=PFS_PROFILE, nodes=1, time_scale=prof.time_scale) as m:
+            fd = os.open(m.path(0, "depth.bin"), os.O_RDONLY)
+            try:
+                buf = bytearray(region)
+                t_end = time.monotonic() + budget_s
+                for i in range(reads):
+                    if time.monotonic() > t_end:
+                        break
+                    m.evict(0, "depth.bin")
+                    c0 = m.counters()["total"]
+                    t0 = time.perf_counter()
+                    got = os.preadv(fd, [buf], i * region)
+                    wall = time.perf_counter() - t0
+                    c1 = m.counters()["total"]
+                    if got != region:
+                        raise LmdbioError(f"short read through the pfs mount ({got} of {region} bytes)")
+                    service = ((c1["service_s"] - c0["service_s"])
+                               - (c1["queue_wait_s"] - c0["queue_wait_s"]))
+                    depths.append(service / wall)
+                    walls.append(wall)
+                    reqs.append(c1["requests"] - c0["requests"])
+            finally:
+                os.close(fd)
+            st = m.stats()
+            kernel, inflight_max = st.get("kernel", {}), st.get("served", {}).get("inflight_max", 0)
+    except LmdbioError as exc:
+        return float("nan"), f"skipped: the pfs mount failed ({exc})"
+    if not depths:
+        return float("nan"), "skipped: no read finished within the time budget"
+    d = float(np.median(depths))
+    src_text = (f"measured: {len(depths)} cold {region >> 20} MiB buffered preadv through an lmdbio.pfs "
+                f"mount of profile {PFS_PROFILE} (time_scale {prof.time_scale}, latency "
+                f"{prof.latency_s} s, {prof.targets} targets, stripe {prof.stripe}, read_size "
+                f"{prof.read_size}, readahead {prof.readahead}; kernel {kernel}); "
+                f"depth = sum of unqueued request service times / wall, median {d:.3f} "
+                f"(min {min(depths):.3f}, max {max(depths):.3f}); requests per read "
+                f"{int(np.median(reqs))}, median wall {np.median(walls) * 1e3:.1f} ms; daemon's "
+                f"inflight_max {inflight_max}")
+    return d, src_text
+
+
 # ------------------------------------------------------------------ the MPI part (mpiexec -n 2)
 
 def _batch_cost(db, c, variant, iters=400, per_rank=2):
@@ -472,6 +557,9 @@ def run_calibration(workdir: str | os.PathLike | None = None, *, records: int = 
         say("cold disk")
         v["disk_latency_s"], v["disk_bw"] = _disk(scratch, scratch_bytes)
         v["disk_readahead"], v["disk_max_request"] = _queue_limits(scratch)
+        say("explicit-read depth on the emulated PFS (FUSE mount of gpfs-2017)")
+        v["pfs_inflight"], v["pfs_inflight_source"] = _pfs_inflight(tmp)
+        say(f"  pfs_inflight = {v['pfs_inflight']:.3f}")
         v["record_bytes"] = _mean_value_bytes(Path(db))
         return _build(v)
     finally:
@@ -501,6 +589,8 @@ HOW = {
     "crowd_per_core": "ranks per core of the crowded hand-off measurement (8, at most 64 ranks)",
     "disk_readahead": "read_ahead_kb of the scratch file's block device (sysfs); also mmap's read-around",
     "disk_max_request": "max_sectors_kb of that device (sysfs): the largest request the kernel sends",
+    "pfs_inflight": "cold 4 MiB buffered preadv through an lmdbio.pfs mount of gpfs-2017 (evicted before each of 8 reads): sum of the requests' unqueued service times (daemon counters) / wall time, median; the explicit-read depth for storage pfs:* (see pfs_inflight_source)",
+    "pfs_inflight_source": "how pfs_inflight was measured, or why it was skipped",
 }
 
 
@@ -511,8 +601,11 @@ def save_calibration(cal: Calibration, out_dir: str | os.PathLike = DEFAULT_DIR,
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    values = asdict(cal)
+    if values["pfs_inflight"] != values["pfs_inflight"]:   # NaN (not measured): JSON null
+        values["pfs_inflight"] = None
     (out / "calibration.json").write_text(json.dumps(
-        {"values": asdict(cal), "units": cal.units(), "how": HOW}, indent=2) + "\n")
+        {"values": values, "units": cal.units(), "how": HOW}, indent=2) + "\n")
     meta = {"host": host_meta(), "git_commit": _git_commit(),
             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config or {},
             "files": ["calibration.json"],
@@ -524,8 +617,12 @@ def save_calibration(cal: Calibration, out_dir: str | os.PathLike = DEFAULT_DIR,
 def _build(values: dict) -> Calibration:
     kw = {}
     for fl in fields(Calibration):
+        if fl.name in Calibration.OPTIONAL and fl.name not in values:
+            continue   # an older calibration: the field's default
         x = values[fl.name]
         kw[fl.name] = ({k: float(x[k]) for k in FIXED_VARIANTS} if fl.name in ("batch_s", "record_s")
+                       else str(x) if fl.name == "pfs_inflight_source"
+                       else float("nan") if fl.name == "pfs_inflight" and x is None
                        else int(x) if fl.name in Calibration.INTS else float(x))
     return Calibration(**kw)
 

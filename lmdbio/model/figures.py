@@ -28,8 +28,11 @@ def calibration_figure(cal):
     ax.invert_yaxis()
     per_byte = (f"memcpy {1 / cal.memcpy_byte_s / 1e9:.1f} GB/s, pread {1 / cal.pread_byte_s / 1e9:.1f} GB/s, "
                 f"MPI {1 / cal.mpi_beta_s / 1e9:.1f} GB/s, disk {cal.disk_bw / 1e9:.2f} GB/s")
+    d = getattr(cal, "pfs_inflight", float("nan"))
+    per_byte += (f"\nexplicit-read depth on the emulated GPFS (FUSE): {d:.2f} requests in flight"
+                 if d == d else "\nexplicit-read depth on the emulated GPFS: not measured (no FUSE)")
     fig.suptitle(f"Calibration: CPU-side costs on this machine ({cal.cores} cores)\n{per_byte}",
-                 fontsize=10)
+                 fontsize=9)
     return fig
 
 

@@ -86,24 +86,32 @@ def mmap_requests(nbytes: float, readahead: int, read_size: int) -> tuple[float,
     return nbytes / fault_bytes, req, max(1, math.ceil(fault_bytes / req))
 
 
-#: Requests one reader keeps in flight for a large explicit read: FUSE's default max_background
-#: (12); a kernel or file-system client may allow more (an estimate, stated in the notebook).
+#: Requests one reader keeps in flight for a large explicit read when nothing better is known:
+#: FUSE's default max_background (12). An estimate: the model takes the depth from the
+#: platform (``explicit_inflight``) or, for the emulated PFS, from calibrate's measurement.
 IN_FLIGHT = 12
 #: The kernel's cap on one buffered read request without a larger readahead window (io_pages).
 IO_PAGES = 128 << 10
 
 
-def explicit_requests(nbytes: float, read_size: int, readahead: int) -> tuple[float, int, int]:
+def explicit_requests(nbytes: float, read_size: int, readahead: int,
+                      inflight: float = IN_FLIGHT) -> tuple[float, int, float]:
     """(3) Explicit reads (DIO): one ``pread`` per extent, sized by the reader, not by faults.
 
     The kernel splits a large buffered read into requests of at most
-    ``max(readahead, 128 KiB)`` (and at most ``read_size``), up to
-    :data:`IN_FLIGHT` of them at once. Returns ``(requests, request_bytes, depth)``.
+    ``max(readahead, 128 KiB)`` (and at most ``read_size``), and keeps
+    ``inflight`` of them at once on average (the effective depth: requests x
+    service time / wall time of one cold read; may be fractional, e.g. 1.5
+    when the readahead window lets only the next request overlap the
+    current one). Returns ``(requests, request_bytes, depth)``; more depth,
+    less storage time per read.
     """
+    if not (inflight >= 1.0 and math.isfinite(inflight)):
+        raise ValueError(f"inflight must be a finite number >= 1, got {inflight!r}")
     req = min(int(read_size), max(int(readahead), IO_PAGES))
     req = max(PAGE, min(req, PAGE * math.ceil(max(1.0, nbytes) / PAGE)))
     n = nbytes / req
-    return n, req, max(1, min(IN_FLIGHT, math.ceil(n)))
+    return n, req, max(1.0, min(float(inflight), float(math.ceil(n))))
 
 
 def coalesce_factor(group_bytes: float, coalesce_bytes: int, max_batches: int) -> int:

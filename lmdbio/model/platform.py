@@ -54,6 +54,10 @@ class Platform:
     takes the calibration's core count; ``net_alpha_s``/``net_beta_s`` 0 take
     the calibrated MPI ping-pong. ``cores_shared``: every (virtual) node runs
     on the same cores (this machine emulating several nodes).
+    ``explicit_inflight``: requests one reader keeps in flight during a large
+    explicit read (the effective depth, may be fractional); 0 takes it from
+    the calibration (its ``pfs_inflight``, measured through an lmdbio.pfs
+    mount) for a PFS profile, and :data:`mechanisms.IN_FLIGHT` for the disk.
     """
 
     name: str
@@ -70,6 +74,7 @@ class Platform:
     stagger_size: int
     workloads: tuple[Workload, ...]
     cores_shared: bool = False
+    explicit_inflight: float = 0.0
     description: str = ""
     sources: MappingProxyType = field(default_factory=lambda: MappingProxyType({}),
                                       compare=False, repr=False)
@@ -140,6 +145,7 @@ def load_platform(name_or_path: str | os.PathLike) -> Platform:
             stagger_size=int(raw.get("stagger_size", 0)),
             workloads=tuple(_workload(w, where) for w in raw.get("workload", [])),
             cores_shared=bool(raw.get("cores_shared", False)),
+            explicit_inflight=float(raw.get("explicit_inflight", 0.0)),
             sources=MappingProxyType(dict(raw.get("sources", {}))), path=where)
     except KeyError as exc:
         raise ConfigurationError(f"{where}: lacks {exc.args[0]!r}") from None
@@ -148,6 +154,10 @@ def load_platform(name_or_path: str | os.PathLike) -> Platform:
                                  "readers_per_node >= 1")
     if plat.cache not in ("cold", "warm"):
         raise ConfigurationError(f"{where}: cache must be 'cold' or 'warm', not {plat.cache!r}")
+    if not (math.isfinite(plat.explicit_inflight)
+            and (plat.explicit_inflight == 0 or plat.explicit_inflight >= 1)):
+        raise ConfigurationError(f"{where}: explicit_inflight must be 0 (from the calibration) or "
+                                 f"a number >= 1, not {plat.explicit_inflight!r}")
     if not (math.isfinite(plat.storage_time_scale) and plat.storage_time_scale > 0):
         raise ConfigurationError(f"{where}: storage_time_scale must be a positive number")
     return plat

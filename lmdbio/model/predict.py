@@ -33,7 +33,7 @@ from .calibrate import Calibration, load_calibration
 from .platform import Platform, Workload, load_platform
 from .storage import Stream, disk_profile, run_phase
 
-__all__ = ["PHASES", "predict_point", "predict", "write_predictions", "storage_profile",
+__all__ = ["PHASES", "explicit_depth", "predict_point", "predict", "write_predictions", "storage_profile",
            "POWERS"]
 
 PHASES = ("locate", "read", "distribute", "wait", "compute", "communicate")
@@ -50,6 +50,27 @@ def storage_profile(platform: Platform, cal: Calibration, cache: str):
     from ..pfs.model import load_profile
 
     return load_profile(platform.storage, time_scale=platform.storage_time_scale)
+
+
+def explicit_depth(platform: Platform, cal: Calibration) -> tuple[float, str]:
+    """Requests in flight for a large explicit read on this platform, and where it comes from.
+
+    The platform's ``explicit_inflight`` when set; else, for an emulated PFS
+    profile, the calibration's measured ``pfs_inflight``; else (the local
+    disk, or a calibration without the PFS measurement) :data:`mech.IN_FLIGHT`.
+    """
+    if platform.explicit_inflight:
+        return float(platform.explicit_inflight), f"platform {platform.name}: explicit_inflight"
+    if platform.storage != "disk":
+        d = getattr(cal, "pfs_inflight", float("nan"))
+        if math.isfinite(d) and d >= 1.0:
+            return float(d), ("calibration: pfs_inflight, a cold 4 MiB pread through an lmdbio.pfs "
+                              "mount (calibration.json: pfs_inflight_source)")
+        if math.isfinite(d) and d > 0:
+            return 1.0, f"calibration: pfs_inflight {d:.3f} < 1, taken as 1"
+        return float(mech.IN_FLIGHT), ("estimate: mechanisms.IN_FLIGHT (the calibration has no "
+                                       "pfs_inflight: " + cal.pfs_inflight_source + ")")
+    return float(mech.IN_FLIGHT), "estimate: mechanisms.IN_FLIGHT (FUSE/block-layer async readahead)"
 
 
 def _phase_time(profile, nodes, streams, budget) -> tuple[float, dict]:
@@ -87,6 +108,7 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
     N = workload.records or workload.iterations * B
     profile = storage_profile(platform, cal, cache)
     ra = profile.readahead if profile is not None else 0
+    inflight, _ = explicit_depth(platform, cal)
     rsize = profile.read_size if profile is not None else 1 << 20
     alpha = (platform.net_alpha_s or cal.mpi_alpha_s) if nodes > 1 else cal.mpi_alpha_s
     beta = (platform.net_beta_s or cal.mpi_beta_s) if nodes > 1 else cal.mpi_beta_s
@@ -100,7 +122,7 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
     else:
         rdr, R, members, g, waiters = n_node, P, 0, b, n_node
     k = mech.coalesce_factor(g * s, o.coalesce_bytes, max(1, N // B)) if o.coalesce_bytes else 1
-    info = {"readers": R, "group_records": g, "coalesce": k, "records_per_leaf": rpl,
+    info = {"explicit_inflight": inflight, "readers": R, "group_records": g, "coalesce": k, "records_per_leaf": rpl,
             "pages_per_record": ppr, "storage_requests": 0.0, "storage_bytes": 0.0}
 
     def add_counters(c, per_iter=1.0):
@@ -139,7 +161,7 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
         elif o.speculative:
             # DM: the predicted range is asked for (WILLNEED, asynchronous) before the ring
             # wait; the walk and the copies then find their pages in the cache.
-            n, size, depth = mech.explicit_requests(g * f, rsize, ra)
+            n, size, depth = mech.explicit_requests(g * f, rsize, ra, inflight)
             streams = [Stream(node=j // rdr, n=n, size=size, offset=int(j * g * f), depth=depth)
                        for j in range(R)]
             t, c = _phase_time(profile, nodes, streams, budget)
@@ -194,7 +216,7 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
         if not cold:
             ph["read"] += cpu
         else:
-            n, size, depth = mech.explicit_requests(chunk, rsize, ra)
+            n, size, depth = mech.explicit_requests(chunk, rsize, ra, inflight)
             groups = mech.stagger_groups(R, o.stagger_size) if o.staggered else [R]
             durations = {}
             for gsize in sorted(set(groups)):
@@ -304,6 +326,8 @@ def write_predictions(rows: list[dict], out_dir, config: dict, platform: Platfor
                          "readers_per_node": platform.readers_per_node,
                          "storage": platform.storage, "cache": platform.cache,
                          "net_alpha_s": platform.net_alpha_s, "net_beta_s": platform.net_beta_s,
+                         "explicit_inflight": explicit_depth(platform, cal)[0],
+                         "explicit_inflight_from": explicit_depth(platform, cal)[1],
                          "sources": dict(platform.sources),
                          "workloads": [{**{fl.name: getattr(w, fl.name) for fl in fields(w)
                                            if fl.name != "sources"},

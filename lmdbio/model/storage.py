@@ -3,7 +3,9 @@
 A *stream* is one reader's requests in one phase of an iteration: ``n``
 requests of ``size`` bytes at consecutive offsets from ``offset`` (or
 ``spacing`` apart), at most ``depth`` in flight (1: each waits for the
-previous, as page faults do). All streams of a phase start together; each
+previous, as page faults do). A fractional depth ``d`` (a measured
+effective depth, e.g. 1.5) is simulated with ``floor(d)`` requests in
+flight and the stream's time scaled by ``floor(d) / d``. All streams of a phase start together; each
 is submitted to :class:`lmdbio.pfs.model.StorageModel` in time order
 (FIFO targets, stripes, seeks between interleaved streams, node links).
 
@@ -34,7 +36,7 @@ class Stream:
     size: int             # bytes per request
     offset: int = 0       # file offset of the first request
     spacing: int = 0      # distance between request starts (0: size, i.e. sequential)
-    depth: int = 1        # requests in flight
+    depth: float = 1      # requests in flight (an effective depth may be fractional)
     align: bool = True    # start on a multiple of ``size`` (whole blocks, as GPFS reads them)
 
 
@@ -62,11 +64,12 @@ def run_phase(profile: Profile, nodes: int, streams: list[Stream], budget: int =
     heap: list[tuple[float, int, int]] = []
     seq = 0
     queued = [0] * len(streams)            # submitted or waiting in the heap
+    slots = [max(1, int(math.floor(s.depth))) for s in streams]
     for i, s in enumerate(streams):
-        for _ in range(min(s.depth, m[i])):
+        for _ in range(min(slots[i], m[i])):
             heap.append((0.0, seq, i))
             seq += 1
-        queued[i] = min(s.depth, m[i])
+        queued[i] = min(slots[i], m[i])
     heapq.heapify(heap)
     while heap:
         t, _, i = heapq.heappop(heap)
@@ -87,13 +90,16 @@ def run_phase(profile: Profile, nodes: int, streams: list[Stream], budget: int =
     for i, s in enumerate(streams):
         if not m[i]:
             times.append(0.0)
-        elif s.n > m[i] and m[i] >= 4:
+            continue
+        if s.n > m[i] and m[i] >= 4:
             # Extrapolate at the steady rate of the second half (the start-up transient,
             # every stream arriving at once, is not repeated).
             rate = (done[i] - mid_t[i]) / (m[i] - mid_k[i])
-            times.append(done[i] + (s.n - m[i]) * rate)
+            t = done[i] + (s.n - m[i]) * rate
         else:
-            times.append(done[i] * (s.n / m[i]))
+            t = done[i] * (s.n / m[i])
+        # A fractional effective depth: the part above floor(depth) shortens the stream.
+        times.append(t * slots[i] / max(float(s.depth), 1.0))
     c = model.counters()["total"]
     scale = sum(s.n for s in streams) / max(1, sum(m))
     return times, {"requests": c["requests"] * scale, "bytes": c["bytes"] * scale,

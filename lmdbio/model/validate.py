@@ -117,6 +117,7 @@ def validate(summaries, platform: Platform | str = "this-machine", cal: Calibrat
                         "measured_max_s": float(r["measured_max_s"]),
                         "repeats": int(r["repeats"]), "iterations": int(r["iters"]),
                         **{f"pred_{x}_s": pred[f"{x}_s"] * int(r["iters"]) for x in PHASES},
+                        "explicit_inflight": pred["explicit_inflight"],
                         "dominant_mechanism": pred["dominant_mechanism"],
                         "source": str(path.relative_to(REPO) if path.is_relative_to(REPO) else path)})
     return pd.DataFrame(out)
