@@ -10,7 +10,7 @@ SCALE   ?= default
 CLUSTER ?= mpi
 SLURM_DIR ?= build/slurm
 
-.PHONY: venv lock test test-slurm fuzz reproduce datasets notebooks figures lab bench bench-issue6 \
+.PHONY: venv lock test test-slurm fuzz reproduce datasets notebooks figures lab bench bench-issue6 bench-issue15 bench-pfs \
 	cluster-up cluster-down clean help
 
 help:
@@ -27,8 +27,21 @@ help:
 	@echo "make lab        - JupyterLab on notebooks/"
 	@echo "make bench      - a quick lmdbio bench sweep (prints a table)"
 	@echo "make bench-issue6 - the full variants x P=1,4,16 x warm/cold sweep (about 15 min)"
+	@echo "make bench-issue15 - raw limit vs best/direct/auto/lmdb-get, warm and cold (about 4 min)"
+	@echo "make bench-pfs  - the cold sweep through the emulated GPFS (about 14 min)"
+
+# Debian packages the emulated PFS (fuse3) and the dump tests (lmdb-utils) use; the Slurm
+# packages are installed by lmdbio.testing.slurm when its tests first run.
+SYSTEM_PACKAGES := fuse3 lmdb-utils
 
 $(STAMP): pyproject.toml constraints.txt
+	@if ! command -v fusermount3 >/dev/null || ! command -v mdb_dump >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(SYSTEM_PACKAGES) >/dev/null 2>&1 || \
+			{ apt-get update -q >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(SYSTEM_PACKAGES) >/dev/null; } || \
+			echo "make venv: could not install $(SYSTEM_PACKAGES); the FUSE tests will fail or skip"; \
+		else echo "make venv: for the emulated PFS run as root: apt-get install -y $(SYSTEM_PACKAGES)"; fi; \
+	fi
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
@@ -71,6 +84,12 @@ bench: venv $(DATA)/cifar10/data.mdb
 
 bench-issue6: venv
 	benchmarks/run_issue6.sh
+
+bench-issue15: venv
+	benchmarks/run_issue15.sh
+
+bench-pfs: venv
+	benchmarks/run_pfs_sweep.sh
 
 test-slurm: venv
 	$(BIN)/python -m pytest -m slurm tests

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import ConfigurationError, LmdbioError
+from .procs import pid_alive
 
 __all__ = ["MPICluster", "run_on_engines", "slurm_settings", "SLURM_CONFIG", "EngineFailure",
            "mpiexec", "engine_process", "shm_files"]
@@ -226,16 +227,6 @@ def engine_process() -> dict:
             "rank": MPI.COMM_WORLD.Get_rank(), "size": MPI.COMM_WORLD.Get_size()}
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _tcp_alive(host: str, port: int) -> bool:
     """Whether ``host:port`` accepts a connection (the controller's registration port)."""
     try:
@@ -274,9 +265,9 @@ def _watch(target: int, client: int | None, client_boot: str, conn_json: str) ->
     same_host = bool(client) and client_boot == _boot_id()
     controller = _controller_address(conn_json) if conn_json else None
     misses = 0
-    while _pid_alive(target) and not _zombie(target):
+    while pid_alive(target):
         time.sleep(WATCH_PERIOD)
-        gone = (same_host and not _pid_alive(client)) or (
+        gone = (same_host and not pid_alive(client)) or (
             controller is not None and not _tcp_alive(*controller))
         misses = misses + 1 if gone else 0
         if misses < WATCH_MISSES:
@@ -285,9 +276,9 @@ def _watch(target: int, client: int | None, client_boot: str, conn_json: str) ->
         try:
             os.kill(target, signal.SIGTERM)
             deadline = time.monotonic() + 5.0
-            while _pid_alive(target) and not _zombie(target) and time.monotonic() < deadline:
+            while pid_alive(target) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            if _pid_alive(target) and not _zombie(target):
+            if pid_alive(target):
                 os.kill(target, signal.SIGKILL)
         except ProcessLookupError:
             pass
@@ -507,7 +498,7 @@ class MPICluster:
                 if self.engine_ids:
                     self.client.shutdown(targets=self.engine_ids, block=False)
                     deadline = time.monotonic() + grace
-                    while any(_pid_alive(p) and not _zombie(p) for p in pids) \
+                    while any(pid_alive(p) for p in pids) \
                             and time.monotonic() < deadline:
                         time.sleep(0.1)
                     if not pids:  # engines elsewhere: let them leave before the job ends
@@ -636,14 +627,6 @@ class MPICluster:
             except Exception as exc:  # the remote error, re-raised here
                 return f"{type(exc).__name__}: {exc}"
         return ""
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def run_on_engines(cluster: MPICluster, func: Callable, nprocs: int, /, *args, **kwargs) -> list:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from lmdbio.pfs import mount as pm
+from lmdbio.procs import pid_alive
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -219,7 +220,7 @@ def test_umount_after_crashed_daemon(src, tmp_path, no_stale_mount):
     try:
         os.kill(m.pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while pm._pid_alive(m.pid) and time.monotonic() < deadline:
+        while pid_alive(m.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert str(mnt) in mounted_points()  # the stale mount of a dead daemon
         with pytest.raises(OSError) as e:

@@ -16,6 +16,7 @@ import pytest
 
 import lmdbio
 from lmdbio import cluster as C
+from lmdbio.procs import pid_alive
 from lmdbio.testing.slurm import MiniSlurm, available, processes_using
 
 pytestmark = pytest.mark.slurm
@@ -185,18 +186,8 @@ def test_teardown_leaves_nothing(slurm):
     pids = dict(slurm.pids)
     conf = slurm.conf
     slurm.stop()
-    left = [name for name, pid in pids.items() if _alive(pid)]
+    left = [name for name, pid in pids.items() if pid_alive(pid)]
     assert left == [], f"still running after stop: {left}"
     assert processes_using(f"SLURM_CONF={conf}") == []
     assert not (slurm.root / "pids.json").exists()
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False

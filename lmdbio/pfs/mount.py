@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from ..errors import LmdbioError
+from ..procs import pid_alive
 from .model import PROFILES, load_profile
 
 __all__ = ["FuseUnavailable", "check_fuse", "start", "Mount", "mounted", "umount", "stats", "evict",
@@ -87,21 +88,6 @@ def _state_dir() -> Path:
 def _state_file(mnt: str) -> Path:
     key = hashlib.sha1(os.path.realpath(mnt).encode()).hexdigest()[:16]
     return _state_dir() / f"{key}.json"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie child of ours is dead for our purposes
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _is_our_daemon(pid: int, mnt: str) -> bool:
@@ -336,15 +322,15 @@ def umount(mnt: str | os.PathLike, timeout: float = 10.0, _proc: subprocess.Pope
         with contextlib.suppress(OSError, ValueError):
             pid = int(json.loads(state.read_text())["pid"])
     was = is_mounted(mnt)
-    if pid is not None and _pid_alive(pid) and (_proc is not None or _is_our_daemon(pid, mnt)):
+    if pid is not None and pid_alive(pid) and (_proc is not None or _is_our_daemon(pid, mnt)):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)  # libfuse unmounts and the daemon exits
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and (_pid_alive(pid) or is_mounted(mnt)):
+        while time.monotonic() < deadline and (pid_alive(pid) or is_mounted(mnt)):
             if _proc is not None:
                 _proc.poll()
             time.sleep(0.02)
-        if _pid_alive(pid):
+        if pid_alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     if _proc is not None:

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from ..errors import LmdbioError
+from ..procs import pid_alive
 
 __all__ = ["MiniSlurm", "available", "SlurmUnavailable", "main"]
 
@@ -87,20 +88,6 @@ def _free_ports(k: int) -> list[int]:
     return ports
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours is dead
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _stop_pids(pids: list[int], grace: float = 10.0) -> None:
     """SIGTERM, wait up to ``grace`` s, then SIGKILL; reaps our own children."""
     for pid in pids:
@@ -109,10 +96,10 @@ def _stop_pids(pids: list[int], grace: float = 10.0) -> None:
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + grace
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     for pid in pids:
-        if _alive(pid):
+        if pid_alive(pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -252,7 +239,7 @@ class MiniSlurm:
         deadline = time.monotonic() + timeout
         while not cond():
             for name, pid in self.pids.items():
-                if not _alive(pid):
+                if not pid_alive(pid):
                     raise LmdbioError(f"{name} exited while waiting for {what}; see {self.root}/log/")
             if time.monotonic() > deadline:
                 raise LmdbioError(f"no {what} after {timeout:.0f} s; see the logs in {self.root}/log/")
@@ -284,7 +271,7 @@ class MiniSlurm:
         if not self.pids and (self.root / "pids.json").exists():
             self.pids = json.loads((self.root / "pids.json").read_text())
         ctl = self.pids.get("slurmctld")
-        if ctl and _alive(ctl):
+        if ctl and pid_alive(ctl):
             jobs = self.jobs()
             if jobs:
                 self._cmd(["scancel", *jobs])
