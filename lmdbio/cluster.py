@@ -512,6 +512,12 @@ class MPICluster:
             self.client = None
             self.view = None
         if self.cluster is not None:
+            log = getattr(self.cluster, "log", None)
+            if log is not None and log.name.endswith(str(self.cluster.cluster_id)):
+                # This cluster's own logger (in a notebook): a controller that ends
+                # with a non-zero code on SIGINT would have ipyparallel print its
+                # whole log into the cell; on the way out that is only noise.
+                log.setLevel(logging.ERROR)
             try:
                 self._wait_engine_sets(grace)
                 self.cluster.stop_cluster_sync()

@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from .metrics import git_commit, host_meta
 
 __all__ = ["REPO", "NOTEBOOKS", "notebooks", "run_notebooks", "save_results", "host_meta",
            "results_dir", "main"]
@@ -35,42 +35,6 @@ def notebooks(only: list[str] | None = None, root: Path = NOTEBOOKS) -> list[Pat
     if only:
         found = [p for p in found if any(p.stem == o or p.stem.startswith(o) for o in only)]
     return found
-
-
-def _git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
-        return out.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-def host_meta() -> dict:
-    """Where results were made: host, cores, memory, OS, Python, MPI and LMDB versions, commit."""
-    meta = {"hostname": platform.node(), "cores": os.cpu_count(), "machine": platform.machine(),
-            "os": platform.platform(), "python": platform.python_version()}
-    try:
-        meta["memory_gib"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    except (ValueError, OSError):
-        pass
-    try:
-        import lmdb
-
-        meta["py_lmdb"] = lmdb.__version__
-        meta["liblmdb"] = ".".join(map(str, lmdb.version()))
-    except ImportError:
-        pass
-    try:
-        import mpi4py
-
-        meta["mpi4py"] = mpi4py.__version__
-        # The MPI library version without initializing MPI in the client.
-        from importlib.metadata import version
-        meta["mpich_wheel"] = version("mpich")
-    except Exception:  # no mpich wheel: a system MPI
-        pass
-    return meta
 
 
 def results_dir(results_root: str | os.PathLike, name: str) -> Path:
@@ -92,7 +56,7 @@ def save_results(out_dir: str | os.PathLike, tables: dict, config: dict) -> Path
             stale.unlink(missing_ok=True)
         df.to_csv(f, index=False)
         files.append(f.name)
-    meta = {"host": host_meta(), "git_commit": _git_commit(),
+    meta = {"host": host_meta(), "git_commit": git_commit(),
             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config,
             "scale": config.get("scale"), "files": sorted(files)}
     (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")

@@ -597,7 +597,7 @@ HOW = {
 def save_calibration(cal: Calibration, out_dir: str | os.PathLike = DEFAULT_DIR,
                      config: dict | None = None) -> Path:
     """Write ``calibration.json`` and ``meta.json`` into ``out_dir``."""
-    from ..notebook_runner import _git_commit, host_meta
+    from ..metrics import git_commit, host_meta
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -606,7 +606,7 @@ def save_calibration(cal: Calibration, out_dir: str | os.PathLike = DEFAULT_DIR,
         values["pfs_inflight"] = None
     (out / "calibration.json").write_text(json.dumps(
         {"values": values, "units": cal.units(), "how": HOW}, indent=2) + "\n")
-    meta = {"host": host_meta(), "git_commit": _git_commit(),
+    meta = {"host": host_meta(), "git_commit": git_commit(),
             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config or {},
             "files": ["calibration.json"],
             "note": "microbenchmarks on this machine only; no number from the papers"}

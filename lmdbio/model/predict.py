@@ -312,13 +312,13 @@ def write_predictions(rows: list[dict], out_dir, config: dict, platform: Platfor
     """``predictions.csv`` (tidy, one row per workload x variant x P) and ``meta.json``."""
     import pandas as pd
 
-    from ..notebook_runner import _git_commit, host_meta
+    from ..metrics import git_commit, host_meta
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(out / "predictions.csv", index=False)
     prof = storage_profile(platform, cal, platform.cache)
-    meta = {"host": host_meta(), "git_commit": _git_commit(),
+    meta = {"host": host_meta(), "git_commit": git_commit(),
             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config,
             "platform": {"file": platform.path, "name": platform.name,
                          "ranks_per_node": platform.ranks_per_node,

@@ -154,14 +154,14 @@ def error_table(df):
 
 def write_validation(df, out_dir, config: dict, cal_dir=None) -> Path:
     """``summary.csv`` (one row per point), ``errors.csv`` (per variant) and ``meta.json``."""
-    from ..notebook_runner import _git_commit, host_meta
+    from ..metrics import git_commit, host_meta
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "summary.csv", index=False)
     err = error_table(df)
     err.to_csv(out / "errors.csv", index=False)
-    meta = {"host": host_meta(), "git_commit": _git_commit(),
+    meta = {"host": host_meta(), "git_commit": git_commit(),
             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config,
             "calibration_dir": str(cal_dir or ""), "files": ["summary.csv", "errors.csv"],
             "criterion": "median |relative error| <= 0.25 per variant (issue 11)",
