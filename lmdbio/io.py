@@ -17,7 +17,7 @@ __all__ = ["plan_extents", "read_extents", "copy_values", "CursorWalker", "posit
 _LMDB_FORMAT_ERRORS = ("CorruptedError", "PageNotFoundError", "BadValsizeError", "CursorFullError",
                        "InvalidError", "VersionMismatchError", "BadTxnError", "IncompatibleError",
                        "PanicError", "BadChecksumError", "ProblemError", "BadDbiError",
-                       "PageFullError")
+                       "PageFullError", "EnvEncryptionError")
 
 
 def lmdb_error(exc: Exception, path, doing: str) -> LmdbioError:

@@ -425,15 +425,20 @@ class Reader:
         # of our snapshot; lock=False only where the lock file cannot be opened.
         kwargs = dict(subdir=subdir, readonly=True, readahead=True, create=False,
                       max_readers=max(126, 2 * self.nprocs + 16))
+        from .io import lmdb_error
+
         try:
-            self._env = lmdb.open(where, lock=True, **kwargs)
-            # On a read-only file system LMDB itself goes on without a lock file.
-            self.lock = os.path.exists(_lock_path(where, subdir))
-        except lmdb.Error:
-            if not _lock_file_unusable(where, subdir):
-                raise
-            self._env = lmdb.open(where, lock=False, **kwargs)
-            self.lock = False
+            try:
+                self._env = lmdb.open(where, lock=True, **kwargs)
+                # On a read-only file system LMDB itself goes on without a lock file.
+                self.lock = os.path.exists(_lock_path(where, subdir))
+            except lmdb.Error:
+                if not _lock_file_unusable(where, subdir):
+                    raise
+                self._env = lmdb.open(where, lock=False, **kwargs)
+                self.lock = False
+        except lmdb.Error as exc:  # a meta page LMDB refuses (flags, version, encryption bits)
+            raise lmdb_error(exc, self.path, "opening the database") from exc
         if not self.lock:
             _warn_nolock(where)
 
