@@ -75,3 +75,28 @@ def make_reused_pages_db(path: Path, n: int = 400, seed: int = 5) -> Path:
                     txn.put(k, bytes([rng.randrange(256)]) * rng.randrange(1, 30000))
     env.close()
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_leftover_mpich_segments():
+    """Remove the ``/dev/shm/mpich_shm_*`` segments this run's MPI jobs left behind.
+
+    Tests that kill or abandon ranks on purpose (lost peers, aborts, killed
+    clients) end processes without ``MPI_Finalize``, and MPICH leaves their
+    shared-memory segments. Only segments new since the session started and
+    mapped by no live process are removed.
+    """
+    from lmdbio.cluster import shm_files
+
+    shm = Path("/dev/shm")
+    before = set(shm.glob("mpich_shm_*")) if shm.is_dir() else set()
+    yield
+    if not shm.is_dir():
+        return
+    in_use = set()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            in_use |= shm_files(proc.name)
+    for f in set(shm.glob("mpich_shm_*")) - before:
+        if str(f) not in in_use:
+            f.unlink(missing_ok=True)
