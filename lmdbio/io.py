@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import os
 from pathlib import Path
 
@@ -11,7 +13,7 @@ from .errors import LmdbFormatError, LmdbioError
 from .waiting import wait_request
 
 __all__ = ["plan_extents", "read_extents", "copy_values", "CursorWalker", "positions_runs", "Stagger",
-           "lmdb_error"]
+           "lmdb_error", "positions_touched", "coalesce_batches"]
 
 # py-lmdb errors that mean the file's pages are not what LMDB expects.
 _LMDB_FORMAT_ERRORS = ("CorruptedError", "PageNotFoundError", "BadValsizeError", "CursorFullError",
@@ -41,6 +43,24 @@ def lmdb_error(exc: Exception, path, doing: str) -> LmdbioError:
                           "directory's permissions and other processes using it, then retry")
     err.__cause__ = exc
     return err
+
+
+def positions_touched(n: int, batch: int, lo: int, count: int) -> np.ndarray:
+    """Every record position a reader of ``count`` records at batch offset ``lo`` touches over
+    all batches: p with (p - lo) mod g < count. Batch t starts at t*B mod N, which takes every
+    multiple of g = gcd(N, B)."""
+    g = math.gcd(n, batch)
+    p = np.arange(n, dtype=np.int64)
+    return p if count >= g else p[((p - lo) % g) < count]
+
+
+def coalesce_batches(batch_bytes: float, target_bytes: int, max_batches: int) -> int:
+    """COAL's batches per request: the power of two k with ``k * batch_bytes`` nearest below
+    ``target_bytes`` (at least 1, at most ``max_batches``); 1 when coalescing is off."""
+    if target_bytes <= 0:
+        return 1
+    k = 2 ** max(0, int(math.floor(math.log2(max(1.0, target_bytes / max(1.0, batch_bytes))))))
+    return int(max(1, min(k, max(1, max_batches))))
 
 
 def positions_runs(start: int, count: int, n: int) -> list[tuple[int, int]]:

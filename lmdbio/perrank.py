@@ -21,21 +21,14 @@ returns one :class:`~lmdbio.reader.Batch`.
 
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
 
-from .io import CursorWalker, copy_values, plan_extents, read_extents
+from .io import (CursorWalker, coalesce_batches, copy_values, plan_extents, positions_touched,
+                 read_extents)
 
 __all__ = ["PerRankStrategy", "CursorWalk", "KeyGet", "Direct", "per_rank_strategy"]
-
-
-def _own_positions(n: int, batch: int, lo: int, count: int) -> np.ndarray:
-    """Every record position a rank reads over all batches: p with (p - lo) mod gcd(n, B) < count."""
-    g = math.gcd(n, batch)
-    p = np.arange(n, dtype=np.int64)
-    return p if count >= g else p[((p - lo) % g) < count]
 
 
 class PerRankStrategy:
@@ -100,7 +93,7 @@ class KeyGet(PerRankStrategy):
 
     def _list_keys(self, r, row: dict) -> None:
         # As a Dataset does in __init__: list the keys (here only this rank's).
-        self._pos = _own_positions(r.n, r.batch_size, r.rank * r.per_rank, r.per_rank)
+        self._pos = positions_touched(r.n, r.batch_size, r.rank * r.per_rank, r.per_rank)
         self._keys = self._keys_from_leaves(r)
         self.keys_from = "leaf pages" if self._keys is not None else "cursor"
         if self._keys is None:
@@ -194,12 +187,12 @@ class Direct(PerRankStrategy):
             return None
 
     def setup(self, r, row: dict) -> None:
-        from .reader import collective
+        from .reader import collective, scatter_index
 
         comm, n, B, m = r.comm, r.n, r.batch_size, r.per_rank
         lo = r.rank * m
         self._lo = lo
-        self._pos = pos = _own_positions(n, B, lo, m)
+        self._pos = pos = positions_touched(n, B, lo, m)
         prov = self._load_prov(r)
         use_prov = comm.allreduce(0 if prov is None else 1, op=_min_op()) == 1
         if use_prov:
@@ -213,11 +206,12 @@ class Direct(PerRankStrategy):
             self._off, self._size = collective(comm, from_prov)
         else:
             self.locate = "index"
-            self._off, self._size = collective(comm, self._scatter_index, r, row)
+            # Collective: a rank whose snapshot check fails raises on every rank.
+            _, self._off, self._size = collective(comm, scatter_index, comm, r._snapshot, n, B, lo, m,
+                                                  row)
         # Coalescing: a power of two of this rank's batches per request.
         per_batch = max(1.0, m * r._mean_size)
-        k = 2 ** max(0, int(math.floor(math.log2(max(1.0, self.coalesce_bytes / per_batch)))))
-        self.coalesce = k = max(1, min(k, max(1, n // B)))
+        self.coalesce = k = coalesce_batches(per_batch, self.coalesce_bytes, n // B)
         self._j = lo + np.arange(m, dtype=np.int64)
         self._dt = np.arange(k, dtype=np.int64)[:, None] * B
         cap = int(k * per_batch * 1.25) + (64 << 10)
@@ -226,26 +220,6 @@ class Direct(PerRankStrategy):
             s[::4096] = 0   # fault the pages in now, not in the first batches
         self._chunk = -1
         row["coalesce"] = k
-
-    def _scatter_index(self, r, row: dict):
-        comm = r.comm
-        wants = comm.gather(self._lo, root=0)
-        if comm.rank == 0:
-            idx = r._snapshot.build_index()
-            row["pages_read"] = idx.pages_read
-            mine = None
-            for k, lo in enumerate(wants):
-                p = _own_positions(r.n, r.batch_size, lo, r.per_rank)
-                part = (idx.offsets[p].astype(np.int64), idx.sizes[p].astype(np.int64), idx.txnid)
-                if k == 0:
-                    mine = part
-                else:
-                    comm.send(part, dest=k, tag=12)
-        else:
-            mine = comm.recv(source=0, tag=12)
-        off, size, txnid = mine
-        r._snapshot.check(txnid)
-        return off, size
 
     def _fill(self, r, chunk: int) -> None:
         k, B, n = self.coalesce, r.batch_size, r.n

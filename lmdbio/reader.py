@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import math
 import os
 import sys
 import time
@@ -15,7 +14,8 @@ from mpi4py import MPI
 
 from . import datum
 from .errors import LmdbioError, PeerError, PeerTimeoutError, SnapshotError
-from .io import CursorWalker, Stagger, copy_values, plan_extents, positions_runs, read_extents
+from .io import (CursorWalker, Stagger, coalesce_batches, copy_values, plan_extents,
+                 positions_runs, positions_touched, read_extents)
 from .metrics import PhaseRecorder, totals_row, totals_snapshot
 from .options import Options, choose_auto, parse_variant
 from .perrank import per_rank_strategy
@@ -144,16 +144,31 @@ def _lock_file_unusable(where: str, subdir: bool) -> bool:
     return False
 
 
-def _gcd_positions(n: int, batch: int, lo: int, count: int) -> np.ndarray:
-    """Record positions a reader touches over all batches: p with (p - lo) mod g < count.
+def scatter_index(comm: MPI.Comm, snapshot, n: int, batch: int, lo: int, count: int,
+                  row: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """DIO's index pass, once: rank 0 of ``comm`` walks ``snapshot``'s index and sends each rank
+    only the records it will read (:func:`positions_touched` of its ``lo``, ``count``).
 
-    Batch t starts at t*B mod N, which takes every multiple of g = gcd(N, B).
+    Collective over ``comm``; a failed walk raises on every rank. Returns this rank's
+    ``(positions, offsets, sizes)`` (int64), checked against its own snapshot.
     """
-    g = math.gcd(n, batch)
-    if count >= g:
-        return np.arange(n, dtype=np.int64)
-    p = np.arange(n, dtype=np.int64)
-    return p[((p - lo) % g) < count]
+    wants = comm.gather((lo, count), root=0)
+    idx = collective(comm, lambda: snapshot.build_index() if comm.rank == 0 else None)
+    if comm.rank == 0:
+        row["pages_read"] = idx.pages_read
+        parts = []
+        for w_lo, w_count in wants:
+            pos = positions_touched(n, batch, w_lo, w_count)
+            parts.append((pos, idx.offsets[pos].astype(np.int64), idx.sizes[pos].astype(np.int64),
+                          idx.txnid))
+        for k in range(1, comm.size):
+            comm.send(parts[k], dest=k, tag=11)
+        mine = parts[0]
+    else:
+        mine = comm.recv(source=0, tag=11)
+    pos, offsets, sizes, txnid = mine
+    snapshot.check(txnid)
+    return pos, offsets, sizes
 
 
 class Reader:
@@ -328,12 +343,8 @@ class Reader:
             collective(comm, self._refresh_provenance)
         self._open_agreed(self._open_reader if self.is_reader else (lambda: None))
         # COAL: batches per request, a power of two, from the mean record size.
-        k = 1
-        if o.coalesce_bytes:
-            per_batch = max(1.0, self.group_records * self._mean_size)
-            k = 2 ** max(0, int(math.floor(math.log2(max(1.0, o.coalesce_bytes / per_batch)))))
-            k = max(1, min(k, max(1, self.n // self.batch_size)))
-        self.coalesce = k
+        self.coalesce = k = coalesce_batches(self.group_records * self._mean_size,
+                                             o.coalesce_bytes, self.n // self.batch_size)
         if self.is_reader and o.staggered:
             size = o.stagger_size or max(1, topo.nreaders // 2)
             self._stagger = Stagger(topo.readers_comm, size)
@@ -470,28 +481,8 @@ class Reader:
         rc = topo.readers_comm
         if not self.is_reader:
             return
-        wants = rc.gather((self.group_first, self.group_records), root=0)
-
-        def build():
-            if rc.rank == 0:
-                from .index import build_index
-                return build_index(self.path, snapshot=self._snapshot)
-            return None
-
-        idx = collective(rc, build)
-        if rc.rank == 0:
-            parts = []
-            for lo, count in wants:
-                pos = _gcd_positions(self.n, self.batch_size, lo, count)
-                parts.append((pos, idx.offsets[pos], idx.sizes[pos], idx.txnid))
-            row["pages_read"] = idx.pages_read
-            mine = parts[0]
-            for k in range(1, rc.size):
-                rc.send(parts[k], dest=k, tag=11)
-        else:
-            mine = rc.recv(source=0, tag=11)
-        self._pos, self._offsets, self._sizes, txnid = mine
-        self._snapshot.check(txnid)
+        self._pos, self._offsets, self._sizes = scatter_index(
+            rc, self._snapshot, self.n, self.batch_size, self.group_first, self.group_records, row)
         if len(self._pos) and int(self._pos[-1]) >= self.n:
             raise SnapshotError(f"{self.path}: index positions reach {int(self._pos[-1])} but the "
                                 f"snapshot holds {self.n} records")

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from ..io import plan_extents, read_extents
+from ..io import coalesce_batches, plan_extents, read_extents
 
 __all__ = ["RAW", "RawReader", "reader_ring_slots"]
 
@@ -65,8 +65,7 @@ class RawReader:
         lo = comm.rank * m
         mean = max(1.0, os.path.getsize(path) / max(1, n))
         target = coalesce_bytes or DEFAULT_COALESCE_BYTES
-        k = 2 ** max(0, int(math.floor(math.log2(max(1.0, target / max(1.0, m * mean))))))
-        self.coalesce = k = max(1, min(k, max(1, n // B)))
+        self.coalesce = k = coalesce_batches(m * mean, target, n // B)
         j = lo + np.arange(m, dtype=np.int64)
         dt = np.arange(k, dtype=np.int64)[:, None] * B
         self._plans = []

@@ -120,10 +120,9 @@ def coalesce_factor(group_bytes: float, coalesce_bytes: int, max_batches: int) -
     A power of two with ``k * group_bytes`` near ``coalesce_bytes``, at most
     the batches the dataset holds; 1 when one batch is already that large.
     """
-    if coalesce_bytes <= 0:
-        return 1
-    k = 2 ** max(0, int(math.floor(math.log2(max(1.0, coalesce_bytes / max(1.0, group_bytes))))))
-    return int(max(1, min(k, max(1, max_batches))))
+    from ..io import coalesce_batches
+
+    return coalesce_batches(group_bytes, coalesce_bytes, max_batches)
 
 
 def overlapped(storage_s: float, cpu_s: float, readahead: int) -> float:
