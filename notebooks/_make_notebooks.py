@@ -872,9 +872,9 @@ CONCLUSIONS = {
     "CONCLUSION_09": """
     The poster's headline shape (LMDB's time growing with processes, the full LMDBIO stack 65-77x
     faster) does **not** appear on this machine. All eight lines lie within a factor of about 2 of
-    each other; in the committed run the speedup table ranges from 0.69 to 1.53 (the full stack
-    0.76-1.09), and even the `raw` pread limit, which does no LMDB work and no distribution, is
-    only 1.0-1.4x LMDB. With 60,000 small records on a local disk, 32 iterations take 30-70 ms in
+    each other; in the committed run the speedup table ranges from 0.47 to 1.24 (the full stack
+    0.65-1.24), and even the `raw` pread limit, which does no LMDB work and no distribution, is
+    only 0.7-1.2x LMDB. With 60,000 small records on a local disk, 32 iterations take 30-70 ms in
     total, so start-up effects and the noise of 8 processes on 2 shared cores dominate. The
     figure shows the method and the plumbing; the papers' effect needs their storage and scale.
 
