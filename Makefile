@@ -10,7 +10,7 @@ SCALE   ?= default
 CLUSTER ?= mpi
 SLURM_DIR ?= build/slurm
 
-.PHONY: venv lock test test-slurm fuzz reproduce datasets notebooks figures lab bench bench-issue6 bench-issue15 bench-pfs \
+.PHONY: venv lock test test-slurm fuzz reproduce datasets notebooks figures strip lab bench bench-issue6 bench-issue15 bench-pfs \
 	cluster-up cluster-down clean help
 
 help:
@@ -23,7 +23,8 @@ help:
 	@echo "make fuzz       - the long fuzz campaign over damaged data.mdb files"
 	@echo "make cluster-up / cluster-down - a 2-node Slurm on this host, to try CLUSTER=slurm by hand"
 	@echo "make datasets   - the default datasets under $(DATA)/"
-	@echo "make figures    - replot every figure from committed results (no MPI)"
+	@echo "make figures    - replot every figure and the claims table from committed results (no MPI, no FUSE)"
+	@echo "make strip      - strip outputs from notebooks/*.ipynb before committing (a test checks it)"
 	@echo "make lab        - JupyterLab on notebooks/"
 	@echo "make bench      - a quick lmdbio bench sweep (prints a table)"
 	@echo "make bench-issue6 - the full variants x P=1,4,16 x warm/cold sweep (about 15 min)"
@@ -67,12 +68,20 @@ datasets: $(DATA)/cifar10/data.mdb $(DATA)/imagenet/data.mdb
 
 # Every notebook in order at the default scale on local MPI engines:
 # results to data/results/, figures to figures/, executed copies to build/.
+# Then the claims C1-C8 are judged from every results file: data/results/claims.csv and the
+# table in figures/README.md.
 reproduce: venv datasets
 	$(BIN)/python -m lmdbio.notebook_runner --scale $(SCALE) --cluster $(CLUSTER) --out build/notebooks
+	$(BIN)/python -m lmdbio.claims
 
 # Replot every figure from the committed results (RUN=False), no MPI.
 figures: venv
 	$(BIN)/python -m lmdbio.notebook_runner --replot --out build/figures-notebooks
+	$(BIN)/python -m lmdbio.claims
+
+# The notebooks are the source, committed stripped: run this before committing an edited one.
+strip: venv
+	$(BIN)/python -m lmdbio.notebook_runner --strip
 
 lab: venv
 	$(BIN)/jupyter lab notebooks/

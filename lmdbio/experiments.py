@@ -7,6 +7,8 @@ list of points by process count and run them there.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import socket
 import sys
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["engine_info", "check_shared_memory", "ensure_dataset", "ensure_datasets", "page_types",
            "describe_dataset", "describe_datasets", "sweep", "reader_timeline", "sweep_timelines",
-           "prov_model_table"]
+           "prov_model_table", "pfs_unavailable", "emulated_pfs", "settings_results", "model_series"]
 
 
 # --- engine-side checks (notebook 00) -----------------------------------------------------------
@@ -242,7 +244,8 @@ def sweep(cluster: "MPICluster", points: list[dict], *, progress: bool = True) -
 
 def reader_timeline(comm, dataset, variant: str, batch_size: int, iters: int, *, cache: str = "cold",
                     warmup: int = 1, ranks_per_node: int | None = None, readers_per_node: int = 1,
-                    coalesce_bytes: int | None = None, stagger_size: int | None = None) -> list[dict]:
+                    coalesce_bytes: int | None = None, stagger_size: int | None = None,
+                    storage=None) -> list[dict]:
     """Per-batch, per-phase Reader rows of ``iters`` timed batches, gathered on rank 0.
 
     Unlike :func:`lmdbio.bench.run_point` (which sums phases over batches),
@@ -252,26 +255,28 @@ def reader_timeline(comm, dataset, variant: str, batch_size: int, iters: int, *,
     warmup batches. Every row carries ``variant``, ``nprocs``,
     ``coalesce_bytes``, ``stagger_size``, the timed ``wall_s_total``,
     ``records`` and ``record_bytes`` (over all ranks) and ``resident_fraction``.
+    ``storage`` (a :class:`lmdbio.bench.storage.Storage`, as
+    :func:`emulated_pfs` sets it) reads through an emulated PFS's node views,
+    and a cold cache is emptied on every node view.
     """
     from mpi4py import MPI
 
     from . import metrics
-    from .format import db_file
+    from .bench.storage import Storage
     from .reader import Reader
     from .waiting import polite_barrier
 
-    path = db_file(dataset)
-    with Reader(dataset, batch_size, comm, variant, ranks_per_node, readers_per_node,
-                coalesce_bytes=coalesce_bytes, stagger_size=stagger_size) as reader:
+    storage = storage or Storage()
+    path = storage.rank_file(comm, dataset)
+    evict = storage.evictor(comm) or metrics.evict
+    with Reader(storage.reader_path(dataset), batch_size, comm, variant, ranks_per_node,
+                readers_per_node, coalesce_bytes=coalesce_bytes, stagger_size=stagger_size) as reader:
         for _ in range(warmup):
             reader.read_batch()
         resident = float("nan")
-        if cache == "cold":
-            node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-            if node.Get_rank() == 0:
-                metrics.evict(path)
-                resident = metrics.residency(path)
-            node.Free()
+        if cache == "cold" and storage.is_cache_leader(comm):
+            evict(path)
+            resident = metrics.residency(path)
         polite_barrier(comm)
         t0 = time.monotonic()
         records = nbytes = 0
@@ -294,7 +299,7 @@ def reader_timeline(comm, dataset, variant: str, batch_size: int, iters: int, *,
              "coalesce_bytes": opts.coalesce_bytes, "stagger_size": opts.stagger_size,
              "ranks_per_node": ranks_per_node or 0, "readers_per_node": readers_per_node,
              "wall_s_total": wall, "records": records, "record_bytes": nbytes,
-             "resident_fraction": resident}
+             "resident_fraction": resident, "storage": storage.spec}
     for r in rows:
         r.update(point, is_reader=is_reader)
         for k, v in list(r.items()):
@@ -344,3 +349,88 @@ def prov_model_table(path: str | os.PathLike, commit_every: int | None = 1000):
                          "model_offset": with_commits.astype(np.int64),
                          "model_single_txn_offset": single.astype(np.int64),
                          "commit_every": commit_every or 0, "record_bytes": rec, "key_bytes": key})
+
+
+# --- the three settings of a claim notebook: local disk, emulated GPFS, the model --------------
+
+def pfs_unavailable() -> str | None:
+    """Why an emulated PFS cannot be mounted here (one sentence), or None when it can."""
+    try:
+        from .pfs.mount import check_fuse
+
+        check_fuse()
+    except LmdbioError as exc:
+        return str(exc)
+    return None
+
+
+@contextlib.contextmanager
+def emulated_pfs(datasets_root: str | os.PathLike, points: list[dict], profile: str = "gpfs-2017",
+                 ranks_per_node: int | None = None):
+    """Mount ``datasets_root`` as an emulated PFS; yield the points rewritten to read through it.
+
+    Each point keeps its ``ranks_per_node`` (or takes ``ranks_per_node``):
+    ranks ``[k*rpn, (k+1)*rpn)`` form virtual node ``k`` and read through
+    that node's view, with its own page cache, so a cold point evicts every
+    node. The mount has as many node views as the widest point needs and is
+    gone after the block (also if the client dies).
+    """
+    from . import pfs
+    from .bench.storage import Storage
+
+    pts = []
+    for p in points:
+        q = dict(p)
+        if not q.get("ranks_per_node"):
+            q["ranks_per_node"] = ranks_per_node
+        pts.append(q)
+    nodes = max(math.ceil(q["nprocs"] / q["ranks_per_node"]) if q.get("ranks_per_node") else 1
+                for q in pts)
+    root = Path(datasets_root).resolve()
+    with pfs.mounted(root, profile=profile, nodes=nodes) as m:
+        for q in pts:
+            rel = str(Path(q["dataset"]).resolve().relative_to(root))
+            q["storage"] = Storage(f"pfs:{profile}", m.mnt, rel, q.get("ranks_per_node"))
+        yield pts
+
+
+def settings_results(results: str | os.PathLike, name: str, *, ran: bool) -> Path:
+    """The folder a setting's results are read from: ``results/name``, else the committed copy.
+
+    ``results`` is the notebook's results folder (``results_root/NN_name``).
+    When nothing was written there (``ran`` False and no results), the
+    committed ``data/results/NN_name/name`` is used and a line says so.
+    """
+    from .scales import COMMITTED_RESULTS
+
+    here = Path(results) / name
+    if ran or (here / "meta.json").exists():
+        return here
+    committed = COMMITTED_RESULTS / Path(results).name / name
+    print(f"{name}: replotted from the committed results in "
+          f"{committed.relative_to(COMMITTED_RESULTS.parent.parent)}")
+    return committed
+
+
+def model_series(out_dir: str | os.PathLike, variants, workloads, cfg: dict, *,
+                 results_root: str | os.PathLike | None = None) -> Path:
+    """Predict ``variants`` x ``workloads`` at ``cfg["model_procs"]`` on ``cfg["model_platform"]``.
+
+    Uses the calibration in ``results_root/model_calibration`` when there
+    (notebook 11 writes it), else the committed one; writes
+    ``out_dir/predictions.csv`` and ``meta.json`` (calibration and platform
+    sources included). Pure Python: no MPI, no FUSE, seconds.
+    """
+    from .model import load_calibration, load_platform, predict, write_predictions
+    from .scales import COMMITTED_RESULTS
+
+    cal_dir = Path(results_root or COMMITTED_RESULTS) / "model_calibration"
+    if not (cal_dir / "calibration.json").exists():
+        cal_dir = COMMITTED_RESULTS / "model_calibration"
+    cal = load_calibration(cal_dir)
+    plat = load_platform(cfg["model_platform"])
+    rows = predict(plat, cfg["model_procs"], list(variants), workloads=list(workloads), cal=cal,
+                   budget=cfg["model_budget"])
+    write_predictions(rows, out_dir, {**cfg, "variants": list(variants),
+                                      "workloads": list(workloads)}, plat, cal, cal_dir)
+    return Path(out_dir)

@@ -22,7 +22,7 @@ from pathlib import Path
 from .metrics import git_commit, host_meta
 
 __all__ = ["REPO", "NOTEBOOKS", "notebooks", "run_notebooks", "save_results", "host_meta",
-           "results_dir", "main"]
+           "results_dir", "strip", "unstripped", "main"]
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
@@ -35,6 +35,54 @@ def notebooks(only: list[str] | None = None, root: Path = NOTEBOOKS) -> list[Pat
     if only:
         found = [p for p in found if any(p.stem == o or p.stem.startswith(o) for o in only)]
     return found
+
+
+#: The only notebook-level metadata a committed notebook keeps.
+KEEP_METADATA = ("kernelspec", "language_info")
+
+
+def strip(nb):
+    """The notebook as it is committed: no outputs, no execution counts, no cell or run metadata.
+
+    Cells keep their ``tags`` (papermill's ``parameters``); the notebook keeps
+    ``kernelspec`` and the language name. Edits made in JupyterLab survive;
+    only what running it adds goes.
+    """
+    nb.metadata = {k: v for k, v in nb.metadata.items() if k in KEEP_METADATA}
+    if "language_info" in nb.metadata:
+        nb.metadata["language_info"] = {"name": nb.metadata["language_info"].get("name", "python")}
+    for cell in nb.cells:
+        tags = cell.metadata.get("tags")
+        cell.metadata = {"tags": tags} if tags else {}
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    return nb
+
+
+def unstripped(path: str | os.PathLike) -> bool:
+    """True when the file on disk differs from its stripped form (outputs or run metadata left)."""
+    import nbformat
+
+    text = Path(path).read_text()
+    clean = nbformat.writes(strip(nbformat.reads(text, as_version=4)))
+    return text.rstrip("\n") != clean.rstrip("\n")
+
+
+def _strip_files(paths: list[Path], check: bool) -> int:
+    import nbformat
+
+    dirty = [p for p in paths if unstripped(p)]
+    if check:
+        for p in dirty:
+            print(f"{p}: has outputs or run metadata; run: python -m lmdbio.notebook_runner --strip",
+                  file=sys.stderr)
+        return 1 if dirty else 0
+    for p in dirty:
+        nb = strip(nbformat.read(p, as_version=4))
+        nbformat.write(nb, p)
+        print(f"stripped {p}")
+    return 0
 
 
 def results_dir(results_root: str | os.PathLike, name: str) -> Path:
@@ -146,7 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=int, default=None, help="seconds per cell (default: none)")
     p.add_argument("--cluster", choices=["mpi", "slurm"], default=None,
                    help="where the engines run (default: $LMDBIO_CLUSTER or local mpi)")
+    p.add_argument("--strip", action="store_true",
+                   help="only strip outputs and run metadata from notebooks/*.ipynb (before committing)")
+    p.add_argument("--check-stripped", action="store_true",
+                   help="only check that notebooks/*.ipynb are stripped (exit 1 if not)")
     args = p.parse_args(argv)
+    if args.strip or args.check_stripped:
+        return _strip_files(notebooks(args.only), check=args.check_stripped)
     t0 = time.monotonic()
     try:
         done = run_notebooks(args.scale, args.out, run=not args.replot, only=args.only,

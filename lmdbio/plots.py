@@ -25,6 +25,7 @@ __all__ = [
     "environment", "page_map", "record_sizes", "per_iteration", "time_breakdown", "contention",
     "seek_cost", "MMAP_VARIANTS", "requests_per_iteration", "io_requests", "optimization",
     "prov_model", "coalescing", "timelines", "scaling", "speedup_table", "training",
+    "SETTING_TITLES", "claim_settings",
 ]
 
 VARIANTS = ("lmdb", "lmdbio-lmm", "lmdbio-lmm-dm", "lmdbio-lmm-dio", "lmdbio-lmm-dio-prov",
@@ -520,4 +521,75 @@ def training(summary: pd.DataFrame, meta: dict | None = None):
     a2.legend(fontsize=8)
     _title(fig, "Emulated end-to-end training", meta)
     fig.tight_layout()
+    return fig
+
+
+# --- the three settings of a claim (notebooks 02-10) ----------------------------------------------
+
+SETTING_TITLES = {"local": "(a) local disk, measured", "gpfs": "(b) emulated GPFS, measured",
+                  "model": "(c) papers' scale, model"}
+
+
+def claim_settings(claim, series: dict, verdicts: pd.DataFrame | None = None, meta: dict | None = None,
+                   notes: dict | None = None):
+    """A claim's quantity vs processes in its three settings, side by side, one legend.
+
+    ``series`` is ``{setting: DataFrame(nprocs, value, lo, hi)}`` (from
+    :func:`lmdbio.claims.series`); ``verdicts`` the claim's rows of
+    claims.csv (the point judged is marked with its verdict); ``notes``
+    ``{setting: text}`` printed under a panel (e.g. "replotted from the
+    committed results").
+    """
+    from matplotlib.lines import Line2D
+
+    notes = notes or {}
+    fig, axes = plt.subplots(1, 3, figsize=(13.5, 4.1), sharey=True)
+    color = "#1f4e79"
+    verdict_colors = {"yes": "#1e8449", "no": "#c0392b"}
+    all_vals = [v for d in series.values() for v in (d["lo"].tolist() + d["hi"].tolist() + d["value"].tolist())
+                if np.isfinite(v) and v > 0]
+    log_y = bool(all_vals) and max(all_vals + [claim.threshold]) / min(all_vals + [claim.threshold]) > 20
+    for ax, setting in zip(axes, SETTING_TITLES):
+        ax.set_title(SETTING_TITLES[setting], fontsize=10)
+        ax.axhline(claim.threshold, color="#555", ls="--", lw=1)
+        d = series.get(setting)
+        if d is None or d.empty:
+            ax.text(0.5, 0.5, "no results", ha="center", va="center", transform=ax.transAxes, color="#888")
+            ax.set_xticks([])
+        else:
+            lo = (d["value"] - d["lo"]).clip(lower=0).fillna(0)
+            hi = (d["hi"] - d["value"]).clip(lower=0).fillna(0)
+            ax.errorbar(d["nprocs"], d["value"], yerr=[lo, hi], fmt="o-", color=color, capsize=3, lw=1.6)
+            if setting == "model":
+                ax.set_xscale("log")
+                ax.set_xticks(sorted(set(int(p) for p in d["nprocs"]))[::2] + [int(d["nprocs"].max())])
+                ax.get_xaxis().set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:,.0f}"))
+                ax.minorticks_off()
+            else:
+                _pow2_ticks(ax, d["nprocs"])
+            if verdicts is not None:
+                r = verdicts[verdicts["setting"] == setting]
+                if len(r) and np.isfinite(r["value"].iloc[0]):
+                    v = r["verdict"].iloc[0]
+                    ax.plot([r["nprocs"].iloc[0]], [r["value"].iloc[0]], marker="*", ms=16, ls="none",
+                            color=verdict_colors.get(v, "#888"), zorder=5)
+                    ax.annotate(v, (r["nprocs"].iloc[0], r["value"].iloc[0]), textcoords="offset points",
+                                xytext=(-8, 10), ha="right", fontsize=9, fontweight="bold",
+                                color=verdict_colors.get(v, "#888"))
+        ax.set_xlabel("processes")
+        if setting in notes:
+            ax.text(0.02, 0.02, "\n".join(textwrap.wrap(notes[setting], 48)), transform=ax.transAxes,
+                    fontsize=7, color="#666", va="bottom")
+    if log_y:
+        axes[0].set_yscale("log")
+    axes[0].set_ylabel("\n".join(textwrap.wrap(claim.ylabel or claim.quantity_name, 34)))
+    handles = [Line2D([], [], color=color, marker="o", label="median of repeats (bars: min-max)"),
+               Line2D([], [], color="#555", ls="--", label=f"criterion: {claim.criterion}"),
+               Line2D([], [], color=verdict_colors["yes"], marker="*", ms=12, ls="none",
+                      label="judged point: criterion met"),
+               Line2D([], [], color=verdict_colors["no"], marker="*", ms=12, ls="none",
+                      label="judged point: not met")]
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, -0.06))
+    _title(fig, f"{claim.id}: {claim.statement}", meta)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig

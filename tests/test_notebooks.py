@@ -11,9 +11,12 @@ import re
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import pytest
 
-from lmdbio.notebook_runner import REPO, notebooks, run_notebooks
+from lmdbio import claims
+from lmdbio.experiments import pfs_unavailable
+from lmdbio.notebook_runner import REPO, notebooks, run_notebooks, strip, unstripped
 
 NOTEBOOKS = notebooks()
 EXPECTED = ["00_environment", "01_datasets", "02_lmdb_analysis", "03_lmm", "04_dm", "05_dio",
@@ -63,22 +66,57 @@ def test_committed_without_outputs_and_with_one_parameters_cell(path):
         assert re.search(rf"^{name} = ", src, re.M), f"{path.name}: parameters cell lacks {name}"
     assert 'scale = "default"' in src and "RUN = True" in src
     assert nb.cells[0].cell_type == "markdown" and "Question" in nb.cells[0].source
-    assert nb.cells[-1].cell_type == "markdown" and "show" in nb.cells[-1].source
+    shows = [c for c in nb.cells if c.cell_type == "markdown" and "show" in c.source]
+    assert shows, f"{path.name}: says what its figures show"
     assert _figures(path), f"{path.name} saves no figure"
 
 
-def test_generator_reproduces_the_committed_notebooks(tmp_path, monkeypatch):
-    import importlib.util
+def test_notebooks_are_the_source_and_committed_stripped():
+    # No generator: the .ipynb files are what people edit in JupyterLab.
+    assert not list((REPO / "notebooks").glob("*.py")), "notebooks/ holds only the notebooks"
+    dirty = [p.name for p in NOTEBOOKS if unstripped(p)]
+    assert dirty == [], f"{dirty} carry outputs or run metadata; run: make strip"
 
-    spec = importlib.util.spec_from_file_location("make_nb", REPO / "notebooks" / "_make_notebooks.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    monkeypatch.setattr(mod, "HERE", tmp_path)
-    for name, cells in mod.NOTEBOOKS.items():
-        fresh = nbformat.read(mod.write(name, mod._fill(cells)), as_version=4)
-        committed = nbformat.read(REPO / "notebooks" / f"{name}.ipynb", as_version=4)
-        assert [c.source for c in fresh.cells] == [c.source for c in committed.cells], \
-            f"{name}.ipynb differs from notebooks/_make_notebooks.py; regenerate it"
+
+def test_strip_removes_what_running_adds(tmp_path):
+    nb = nbformat.read(NOTEBOOKS[3], as_version=4)
+    nb.metadata["widgets"] = {"state": {}}
+    nb.metadata["papermill"] = {"duration": 1.0}
+    code = next(c for c in nb.cells if c.cell_type == "code")
+    code.outputs = [nbformat.v4.new_output("stream", text="hello\n")]
+    code.execution_count = 7
+    code.metadata["execution"] = {"iopub.status.idle": "2026-11-30"}
+    f = tmp_path / "nb.ipynb"
+    nbformat.write(nb, f)
+    assert unstripped(f)
+    clean = strip(nbformat.read(f, as_version=4))
+    assert set(clean.metadata) <= {"kernelspec", "language_info"}
+    assert all(c.outputs == [] and c.execution_count is None for c in clean.cells if c.cell_type == "code")
+    assert all(set(c.metadata) <= {"tags"} for c in clean.cells)
+    tagged = [c for c in clean.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, "stripping keeps papermill's parameters tag"
+    nbformat.write(clean, f)
+    assert not unstripped(f)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_settings_come_from_lmdbio_scales(path):
+    nb = nbformat.read(path, as_version=4)
+    src = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert f'scales.settings("{path.stem}", scale' in src, f"{path.name}: take cfg from lmdbio.scales"
+    assert not re.search(r"^SCALES\s*=", src, re.M), f"{path.name}: a copy of the scales"
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem[:2] not in ("00", "01")], ids=lambda p: p.stem)
+def test_claim_notebooks_close_with_the_verdicts_from_claims_csv(path):
+    nb = nbformat.read(path, as_version=4)
+    last = nb.cells[-1]
+    assert last.cell_type == "code" and "claims.show(results_root" in last.source, \
+        f"{path.name}: the closing cell renders the verdicts from claims.csv"
+    if path.stem[:2] != "11":
+        src = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+        for needed in ("emulated_pfs(", "model_series(", "plots.claim_settings(", f'"{path.stem}_settings"'):
+            assert needed in src, f"{path.name}: the three settings need {needed}"
 
 
 @pytest.mark.notebooks
@@ -98,6 +136,16 @@ def test_every_notebook_runs_at_tiny_scale_and_writes_its_figures(tmp_path):
         noise = engine_noise(tmp_path / "out" / path.name)
         assert noise == [], f"{path.name} shows engine output: {noise[:5]}"
     assert any((tmp_path / "results").rglob("meta.json"))
+    # The claims: 8 claims x 3 settings, judged from this run's results (GPFS too where FUSE works).
+    table = pd.read_csv(tmp_path / "results" / "claims.csv")
+    assert list(table.columns[:6]) == claims.COLUMNS
+    assert len(table) == 3 * len(claims.CLAIMS)
+    measured_here = {"local", "model"} | ({"gpfs"} if pfs_unavailable() is None else set())
+    for r in table.itertuples():
+        assert r.verdict in ("yes", "no"), f"{r.claim} {r.setting}: {r.verdict} ({r.why})"
+        if r.setting in measured_here:
+            assert "[committed results" not in r.why, f"{r.claim} {r.setting} was not measured by this run"
+            assert str(tmp_path) in r.source
     # The committed figures were not touched.
     assert {p: p.stat().st_mtime for p in (REPO / "figures").glob("*.png")} == committed
 

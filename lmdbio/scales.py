@@ -1,0 +1,111 @@
+"""The settings every notebook shares: scales, result paths and where the engines run.
+
+A notebook asks for its settings once::
+
+    cfg = scales.settings("03_lmm", scale, procs=procs)   # explicit parameters win
+
+``SCALES`` holds what all notebooks share (engines, process counts, datasets,
+the emulated-GPFS runs, the model's process counts); ``NOTEBOOK_SCALES`` the
+few values one notebook sets differently. Every scale defines every key
+(``tests/test_scales.py`` checks it), so a notebook never falls back to
+another scale's number.
+
+- ``tiny``: seconds per notebook; the tests run every notebook at it.
+- ``default``: ``make reproduce`` on a 2-core machine (about 30 minutes for 00-11).
+- ``large``: a cluster (``make reproduce SCALE=large CLUSTER=slurm``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["SCALES", "NOTEBOOK_SCALES", "KEYS", "REPO", "COMMITTED_RESULTS", "CLUSTER_ENV",
+           "settings", "cluster_kind"]
+
+REPO = Path(__file__).resolve().parent.parent
+#: The results committed with the repository (what ``make figures`` replots).
+COMMITTED_RESULTS = REPO / "data" / "results"
+#: Where the notebooks' engines run: ``mpi`` (local mpiexec) or ``slurm``; see lmdbio.cluster.
+CLUSTER_ENV = "LMDBIO_CLUSTER"
+
+_POWERS = [1, 2, 4, 8, 16, 36, 72, 144, 288, 576, 1152, 2304, 4608, 9216]
+
+SCALES: dict[str, dict] = {
+    "tiny": {
+        # measured on local disk
+        "n_engines": 2, "procs": [1, 2], "iters": 3, "repeats": 1,
+        "datasets": {"cifar10": ("cifar10", 512), "imagenet": ("imagenet", 48)},
+        # measured through the emulated GPFS (lmdbio.pfs), cold cache only
+        "pfs_profile": "gpfs-2017", "pfs_procs": [1, 2], "pfs_iters": 3, "pfs_repeats": 1,
+        "pfs_ranks_per_node": 1,
+        # the papers' scale, from the calibrated model (lmdbio.model)
+        "model_platform": "bebop", "model_procs": [1, 36, 288], "model_budget": 300,
+        "calibration_records": 1000,
+    },
+    "default": {
+        "n_engines": 8, "procs": [1, 2, 4, 8], "iters": 32, "repeats": 3,
+        "datasets": {"cifar10": ("cifar10", 60000), "imagenet": ("imagenet", 2000)},
+        "pfs_profile": "gpfs-2017", "pfs_procs": [1, 4, 8], "pfs_iters": 16, "pfs_repeats": 2,
+        "pfs_ranks_per_node": 4,
+        "model_platform": "bebop", "model_procs": _POWERS, "model_budget": 20000,
+        "calibration_records": 4000,
+    },
+    "large": {
+        "n_engines": 72, "procs": [1, 2, 4, 8, 16, 36, 72], "iters": 64, "repeats": 3,
+        "datasets": {"cifar10": ("cifar10", 1_000_000), "imagenet": ("imagenet", 100_000)},
+        "pfs_profile": "gpfs-2017", "pfs_procs": [1, 8, 36, 72], "pfs_iters": 32, "pfs_repeats": 3,
+        "pfs_ranks_per_node": 36,
+        "model_platform": "bebop", "model_procs": _POWERS, "model_budget": 100000,
+        "calibration_records": 4000,
+    },
+}
+
+#: The keys every scale defines.
+KEYS = tuple(SCALES["default"])
+
+#: Per-notebook values that differ from ``SCALES`` (each notebook sets them for every scale).
+NOTEBOOK_SCALES: dict[str, dict[str, dict]] = {
+    "00_environment": {"tiny": {"n_engines": 2}, "default": {"n_engines": 4},
+                       "large": {"n_engines": 72}},
+    "07_coal": {
+        "tiny": {"iters": 8, "pfs_iters": 8, "pfs_repeats": 1, "coalesce_sizes": [1 << 16, 1 << 18]},
+        "default": {"iters": 48, "pfs_iters": 48, "pfs_repeats": 1,
+                    "coalesce_sizes": [1 << 18, 1 << 20, 1 << 22, 1 << 24]},
+        "large": {"iters": 128, "pfs_iters": 128, "pfs_repeats": 1,
+                  "coalesce_sizes": [1 << 20, 1 << 22, 1 << 24, 1 << 26]},
+    },
+    "08_stag": {
+        "tiny": {"iters": 4, "pfs_iters": 4, "pfs_repeats": 1, "stagger_size": 1},
+        "default": {"iters": 24, "pfs_iters": 24, "pfs_repeats": 1, "stagger_size": 2},
+        "large": {"iters": 32, "pfs_iters": 32, "pfs_repeats": 1, "stagger_size": 8},
+    },
+}
+
+
+def settings(notebook: str, scale: str, **explicit) -> dict:
+    """The notebook's settings at ``scale``; explicit (not None) parameters win.
+
+    Raises ValueError naming the scales when ``scale`` is unknown.
+    """
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {', '.join(SCALES)}, got {scale!r}")
+    cfg = {k: _copy(v) for k, v in SCALES[scale].items()}
+    cfg.update({k: _copy(v) for k, v in NOTEBOOK_SCALES.get(notebook, {}).get(scale, {}).items()})
+    cfg.update({k: v for k, v in explicit.items() if v is not None})
+    cfg["scale"] = scale
+    cfg["notebook"] = notebook
+    return cfg
+
+
+def cluster_kind() -> str:
+    """Where ``MPICluster()`` starts engines when asked for none: ``$LMDBIO_CLUSTER`` or ``mpi``."""
+    return os.environ.get(CLUSTER_ENV) or "mpi"
+
+
+def _copy(v):
+    if isinstance(v, dict):
+        return {k: _copy(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return list(v)
+    return v
