@@ -36,6 +36,8 @@ SCALES: dict[str, dict] = {
         # measured on local disk
         "n_engines": 2, "procs": [1, 2], "iters": 3, "repeats": 1,
         "datasets": {"cifar10": ("cifar10", 512), "imagenet": ("imagenet", 48)},
+        # global batch per dataset: a multiple of every process count of the scale
+        "batch": {"cifar10": 64, "imagenet": 16},
         # measured through the emulated GPFS (lmdbio.pfs), cold cache only
         "pfs_profile": "gpfs-2017", "pfs_procs": [1, 2], "pfs_iters": 3, "pfs_repeats": 1,
         "pfs_ranks_per_node": 1,
@@ -46,6 +48,7 @@ SCALES: dict[str, dict] = {
     "default": {
         "n_engines": 8, "procs": [1, 2, 4, 8], "iters": 32, "repeats": 3,
         "datasets": {"cifar10": ("cifar10", 60000), "imagenet": ("imagenet", 2000)},
+        "batch": {"cifar10": 256, "imagenet": 32},   # Caffe's CIFAR-10 batch; ImageNet scaled to the data
         "pfs_profile": "gpfs-2017", "pfs_procs": [1, 4, 8], "pfs_iters": 16, "pfs_repeats": 2,
         "pfs_ranks_per_node": 4,
         "model_platform": "bebop", "model_procs": _POWERS, "model_budget": 20000,
@@ -54,6 +57,7 @@ SCALES: dict[str, dict] = {
     "large": {
         "n_engines": 72, "procs": [1, 2, 4, 8, 16, 36, 72], "iters": 64, "repeats": 3,
         "datasets": {"cifar10": ("cifar10", 1_000_000), "imagenet": ("imagenet", 100_000)},
+        "batch": {"cifar10": 576, "imagenet": 144},   # divisible by 36 and 72 ranks
         "pfs_profile": "gpfs-2017", "pfs_procs": [1, 8, 36, 72], "pfs_iters": 32, "pfs_repeats": 3,
         "pfs_ranks_per_node": 36,
         "model_platform": "bebop", "model_procs": _POWERS, "model_budget": 100000,
