@@ -562,7 +562,8 @@ def claim_settings(claim, series: dict, verdicts: pd.DataFrame | None = None, me
             ax.errorbar(d["nprocs"], d["value"], yerr=[lo, hi], fmt="o-", color=color, capsize=3, lw=1.6)
             if setting == "model":
                 ax.set_xscale("log")
-                ax.set_xticks(sorted(set(int(p) for p in d["nprocs"]))[::2] + [int(d["nprocs"].max())])
+                ps = sorted(set(int(p) for p in d["nprocs"]))
+                ax.set_xticks([p for p in ps[::3] if p * 4 <= ps[-1]] + [ps[-1]])
                 ax.get_xaxis().set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:,.0f}"))
                 ax.minorticks_off()
             else:
@@ -590,6 +591,11 @@ def claim_settings(claim, series: dict, verdicts: pd.DataFrame | None = None, me
                Line2D([], [], color=verdict_colors["no"], marker="*", ms=12, ls="none",
                       label="judged point: not met")]
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, -0.06))
-    _title(fig, f"{claim.id}: {claim.statement}", meta)
+    host = (meta or {}).get("host") or {}
+    name = host.get("hostname", "this machine") if isinstance(host, dict) else host
+    cores = host.get("cores", "?") if isinstance(host, dict) else "?"
+    scale = (meta or {}).get("scale") or ((meta or {}).get("config") or {}).get("scale") or "?"
+    fig.suptitle(f"{claim.id}: {claim.statement}\n(a), (b) measured on {name} ({cores} cores), "
+                 f"scale {scale}; (c) predicted by lmdbio.model", fontsize=11)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig

@@ -337,3 +337,50 @@ def test_splice_and_copy_paths_serve_the_same_bytes(tmp_path, no_stale_mount):
             c = m.counters()
             assert c["total"]["bytes"] >= 2 * len(data)
             assert max(int(b) for n in c["nodes"] for b in n["hist"]) <= 1 << (read_size - 1).bit_length()
+
+
+def test_emulated_pfs_rewrites_points_and_unmounts(src, no_stale_mount):
+    # The notebooks' (b) setting: the same points, each reading through its virtual node's view.
+    from lmdbio.experiments import emulated_pfs
+
+    pts = [dict(nprocs=4, dataset=str(src / "cifar10"), variant="lmdb", ranks_per_node=None),
+           dict(nprocs=3, dataset=str(src / "imagenet"), variant="lmdb", ranks_per_node=1)]
+    with emulated_pfs(src, pts, "gpfs-2017", ranks_per_node=2) as on:
+        st0, st1 = on[0]["storage"], on[1]["storage"]
+        mnt = st0.mount
+        assert (on[0]["ranks_per_node"], on[1]["ranks_per_node"]) == (2, 1)
+        assert (st0.spec, st0.relpath, st1.relpath) == ("pfs:gpfs-2017", "cifar10", "imagenet")
+        assert st0.node_of(3) == 1 and st1.node_of(2) == 2
+        # As many node views as the widest point needs: max(4/2, 3/1) = 3.
+        assert sorted(p.name for p in Path(mnt).iterdir() if p.name.startswith("node")) == \
+            ["node0", "node1", "node2"]
+        through = Path(st0.reader_path(pts[0]["dataset"]).replace("{node}", "1")) / "data.mdb"
+        assert through.read_bytes() == (src / "cifar10" / "data.mdb").read_bytes()
+        assert mnt in mounted_points()
+    assert pts[0]["ranks_per_node"] is None and "storage" not in pts[0], "the caller's points are kept"
+    assert mnt not in mounted_points()
+
+
+def test_reader_timeline_reads_through_the_emulated_pfs(src, no_stale_mount):
+    # 07/08's timelines on (b): the Reader opens the node view and the storage model sees the reads.
+    code = f"""
+import json
+from mpi4py import MPI
+from lmdbio import pfs
+from lmdbio.experiments import emulated_pfs, reader_timeline
+pts = [dict(nprocs=1, dataset={str(src / 'cifar10')!r}, ranks_per_node=1)]
+with emulated_pfs({str(src)!r}, pts) as on:
+    before = pfs.stats(on[0]["storage"].mount)["counters"]["total"]["bytes"]
+    rows = reader_timeline(MPI.COMM_SELF, on[0]["dataset"], "lmdbio-lmm-dio", 20, 3, cache="cold",
+                           ranks_per_node=1, storage=on[0]["storage"])
+    after = pfs.stats(on[0]["storage"].mount)["counters"]["total"]["bytes"]
+print(json.dumps(dict(storage=rows[0]["storage"], records=rows[0]["records"], read=after - before,
+                      resident=rows[0]["resident_fraction"])))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["storage"] == "pfs:gpfs-2017" and got["records"] == 60
+    assert got["read"] >= 60 * 3000, "the timed batches were read from the emulated storage"
+    assert got["resident"] < 0.5, "cold: the node view was evicted before the timed batches"
