@@ -493,6 +493,14 @@ class MPICluster:
         """
         pids = self._local_engine_pids()
         shm = set().union(*(shm_files(p) for p in pids)) if pids else set()
+        if self.cluster is not None:
+            log = getattr(self.cluster, "log", None)
+            if log is not None and log.name.endswith(str(self.cluster.cluster_id)):
+                # This cluster's own logger (in a notebook), which its launchers share: a
+                # controller or engine that ends with a non-zero code on the way out would have
+                # ipyparallel print its whole log into the cell. Such an end is reported below
+                # in one line instead.
+                log.setLevel(logging.ERROR)
         if self.client is not None:
             try:
                 if self.engine_ids:
@@ -512,18 +520,13 @@ class MPICluster:
             self.client = None
             self.view = None
         if self.cluster is not None:
-            log = getattr(self.cluster, "log", None)
-            if log is not None and log.name.endswith(str(self.cluster.cluster_id)):
-                # This cluster's own logger (in a notebook): a controller that ends
-                # with a non-zero code on SIGINT would have ipyparallel print its
-                # whole log into the cell; on the way out that is only noise.
-                log.setLevel(logging.ERROR)
             try:
                 self._wait_engine_sets(grace)
                 self.cluster.stop_cluster_sync()
             except Exception:  # a launcher that already ended (scancel of a finished job)
                 pass
             finally:
+                self._report_engine_ends()
                 self.cluster.shutdown_atexit = False  # stopped: ipyparallel's atexit has nothing to say
                 self.cluster = None
         self.removed_shm = []
@@ -537,6 +540,21 @@ class MPICluster:
         if self._scratch:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+
+    def _report_engine_ends(self) -> None:
+        """One line on stderr for engines that crashed on the way out (their work was collected).
+
+        Seen once in many runs: libzmq's ``pfd.revents & POLLIN`` assertion aborting an
+        engine while it shut down. Our own SIGTERM (after ``grace``) is not reported.
+        """
+        codes = set()
+        for es in list(getattr(self.cluster, "engines", {}).values()):
+            code = (getattr(es, "stop_data", None) or {}).get("exit_code")
+            if code not in (None, 0, -signal.SIGTERM, 128 + signal.SIGTERM, signal.SIGTERM):
+                codes.add(code)
+        if codes:
+            print(f"lmdbio: MPI engines ended with exit code {', '.join(map(str, sorted(codes)))} while "
+                  "shutting down, after their results were collected", file=sys.stderr)
 
     def _wait_engine_sets(self, grace: float) -> None:
         """Give mpiexec / the Slurm job a moment to end on its own once its engines have left."""
