@@ -353,8 +353,14 @@ def prov_model_table(path: str | os.PathLike, commit_every: int | None = 1000):
 
 # --- the three settings of a claim notebook: local disk, emulated GPFS, the model --------------
 
+#: Set to 1 to run the notebooks as on a machine without FUSE (their GPFS panels are replotted).
+NO_PFS_ENV = "LMDBIO_NO_PFS"
+
+
 def pfs_unavailable() -> str | None:
     """Why an emulated PFS cannot be mounted here (one sentence), or None when it can."""
+    if os.environ.get(NO_PFS_ENV, "") not in ("", "0"):
+        return f"${NO_PFS_ENV} is set (unset it to measure through the emulated GPFS)"
     try:
         from .pfs.mount import check_fuse
 
