@@ -31,8 +31,9 @@ import pandas as pd
 
 from .scales import COMMITTED_RESULTS, REPO
 
-__all__ = ["Claim", "CLAIMS", "claim", "SETTINGS", "SETTING_LABELS", "COLUMNS", "setting_dir", "series",
-           "evaluate", "write", "render", "claim_rows", "show", "readme_table", "update_readme",
+__all__ = ["Claim", "CLAIMS", "claim", "SETTINGS", "SETTING_LABELS", "COLUMNS", "setting_dir", "resolve",
+           "series",
+           "evaluate", "write", "render", "show", "readme_table", "update_readme",
            "TRAINING", "main"]
 
 SETTINGS = ("local", "gpfs", "model")
@@ -116,6 +117,14 @@ def _timeline_throughput(d: Path) -> pd.DataFrame | None:
     return pts
 
 
+def _median_ratio(base: pd.DataFrame, fast: pd.DataFrame) -> pd.DataFrame:
+    """fast/base of the per-P median records_per_s (timelines have one point per P: lo = hi)."""
+    r = (fast.groupby("nprocs")["records_per_s"].median()
+         / base.groupby("nprocs")["records_per_s"].median()).dropna().rename("value").reset_index()
+    r["lo"] = r["hi"] = r["value"]
+    return r
+
+
 @dataclass(frozen=True)
 class Claim:
     """One of the papers' claims: where it is shown, what is measured and when it holds.
@@ -123,8 +132,9 @@ class Claim:
     ``quantity(setting, folder)`` returns a DataFrame ``nprocs, value, lo,
     hi`` (lo/hi: the spread over repeats) or None when the folder has no
     results; the verdict compares ``value`` at the largest P with
-    ``threshold``. ``why_no[setting]`` says what that setting lacks for the
-    effect, and is shown only when the criterion is not met.
+    ``threshold`` (``criterion`` says so in words). ``why_no[setting]`` says
+    what that setting lacks for the effect, and is shown only when the
+    criterion is not met.
     """
 
     id: str
@@ -132,11 +142,15 @@ class Claim:
     paper: str
     statement: str
     quantity_name: str
+    short: str
     threshold: float
-    criterion: str
     quantity: Callable[[str, Path], pd.DataFrame | None] = field(repr=False)
     why_no: dict = field(default_factory=dict, repr=False)
-    ylabel: str = ""
+    ylabel: str = ""   # the figures' y axis (default: ``short``)
+
+    @property
+    def criterion(self) -> str:
+        return f"{self.short} >= {self.threshold:g} at the largest P, cold"
 
 
 def _throughput_claim(slow: str, fast: str, dataset: str, workload: str):
@@ -210,11 +224,7 @@ def _coal(setting: str, d: Path):
     if not sizes:
         return None
     size = max([s for s in sizes if s <= 4 << 20] or sizes[:1])
-    b = pts[pts["variant"] == base].groupby("nprocs")["records_per_s"].median()
-    c = pts[(pts["variant"] == coal) & (pts["coalesce_bytes"] == size)].groupby("nprocs")["records_per_s"].median()
-    r = (c / b).dropna().rename("value").reset_index()
-    r["lo"] = r["hi"] = r["value"]
-    return r
+    return _median_ratio(pts[pts["variant"] == base], pts[(pts["variant"] == coal) & (pts["coalesce_bytes"] == size)])
 
 
 def _stag(setting: str, d: Path):
@@ -226,11 +236,7 @@ def _stag(setting: str, d: Path):
     pts = _timeline_throughput(d)
     if pts is None:
         return None
-    b = pts[pts["variant"] == base].groupby("nprocs")["records_per_s"].median()
-    s = pts[pts["variant"] == stag].groupby("nprocs")["records_per_s"].median()
-    r = (s / b).dropna().rename("value").reset_index()
-    r["lo"] = r["hi"] = r["value"]
-    return r
+    return _median_ratio(pts[pts["variant"] == base], pts[pts["variant"] == stag])
 
 
 def _training(setting: str, d: Path):
@@ -254,7 +260,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("C1", "02_lmdb_analysis", "TOPC 2019",
           "With LMDB, I/O takes up to 90% of training time",
           "LMDB's I/O share of an emulated training iteration (ImageNet records, AlexNet compute)",
-          0.5, "I/O share >= 0.5 at the largest P, cold", _io_share,
+          "I/O share", 0.5, _io_share,
           {"local": "a local disk reads 196 KB records quickly, and with more ranks than its 2 cores the "
                     "emulated compute and allreduce take most of an iteration",
            "gpfs": _GPFS_SMALL + "; the emulated compute and allreduce still outweigh the reads",
@@ -264,40 +270,36 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("C2", "03_lmm", "HPCC 2017",
           "LMDBIO-LMM (one reader per node) is up to 20x faster than LMDB",
           "LMM/LMDB read throughput (ImageNet records)",
-          1.2, "LMM/LMDB >= 1.2 at the largest P, cold", _throughput_claim("lmdb", "lmdbio-lmm", "imagenet",
-                                                                         "imagenet-caffenet"),
+          "LMM/LMDB", 1.2, _throughput_claim("lmdb", "lmdbio-lmm", "imagenet", "imagenet-caffenet"),
           {"local": _LOCAL_ONE_NODE + "; one LMM reader copies for all while LMDB's ranks fault "
                     "in parallel from one fast device",
            "gpfs": _GPFS_SMALL + "; with a few ranks per virtual node the waiters LMM removes are few",
            "model": "both variants are dominated by the same storage and cursor costs at this P: "
-                    "LMM removes the woken waiters but not the walk or the faults' latency"},
-          ylabel="LMM / LMDB"),
+                    "LMM removes the woken waiters but not the walk or the faults' latency"}),
     Claim("C3", "04_dm", "ICPADS 2017",
           "LMDBIO-DM (cursor handed around a ring) is 2x faster than LMDBIO-LMM",
           "DM/LMM read throughput, one reader per rank (CIFAR-10 records)",
-          1.2, "DM/LMM >= 1.2 at the largest P, cold", _throughput_claim("lmdbio-lmm", "lmdbio-lmm-dm",
-                                                                       "cifar10", "cifar10-large-alexnet"),
+          "DM/LMM", 1.2, _throughput_claim("lmdbio-lmm", "lmdbio-lmm-dm", "cifar10",
+                                                   "cifar10-large-alexnet"),
           {"local": _LOCAL_ONE_NODE + "; the walk DM saves costs well under a millisecond per "
                     "iteration here while the ring serializes the readers",
            "gpfs": _GPFS_SMALL + "; with a few readers the walk past earlier readers' records "
                    "is short, and the ring's hand-offs cost about as much",
-           "model": "the ring's sequential hand-offs grow with the readers and offset the shorter walk"},
-          ylabel="DM / LMM"),
+           "model": "the ring's sequential hand-offs grow with the readers and offset the shorter walk"}),
     Claim("C4", "05_dio", "TOPC 2019",
           "Direct I/O removes mmap's page-fault overheads (problem 3) and is faster",
           "DIO/LMM read throughput (ImageNet records)",
-          1.2, "DIO/LMM >= 1.2 at the largest P, cold", _throughput_claim("lmdbio-lmm", "lmdbio-lmm-dio",
-                                                                        "imagenet", "imagenet-caffenet"),
+          "DIO/LMM", 1.2, _throughput_claim("lmdbio-lmm", "lmdbio-lmm-dio", "imagenet",
+                                                    "imagenet-caffenet"),
           {"local": _LOCAL_ONE_NODE + "; kernel readahead already turns the faults into large "
                     "sequential reads from a fast device",
            "gpfs": _GPFS_SMALL + "; the index pass DIO adds is paid before the timed batches",
            "model": "DIO's index pass at setup (one reader walks every leaf) outweighs the cheaper "
-                    "reads at this P"},
-          ylabel="DIO / LMM"),
+                    "reads at this P"}),
     Claim("C5", "06_prov", "TOPC 2019",
           "Provenance removes DIO's sequential index pass",
           "reader setup PROV saves over DIO: 1 - setup(PROV)/setup(DIO), slowest rank",
-          0.5, "setup saved >= 0.5 at the largest P, cold", _setup_saved,
+          "setup saved", 0.5, _setup_saved,
           {"local": "the index pass over a 60k-record file takes milliseconds from a warm or local "
                     "file, about what reading and checking the sidecar costs",
            "gpfs": "reading the sidecar and checking it against the meta page costs small requests "
@@ -307,41 +309,37 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("C6", "07_coal", "TOPC 2019",
           "Coalescing several iterations into MiB-sized requests raises throughput (problem 4)",
           "COAL (about 4 MiB requests)/no COAL read throughput (CIFAR-10 records)",
-          1.2, "COAL/no COAL >= 1.2 at the largest P, cold", _coal,
+          "COAL/no COAL", 1.2, _coal,
           {"local": "a local disk with kernel readahead serves 0.8 MB requests about as fast as MiB ones",
            "gpfs": "requests of one iteration's share already span several stripes of the emulated GPFS",
            "model": "with 36 ranks per node a reader's share of one iteration (256 records per rank) "
-                    "already exceeds COAL's 4 MiB target, so COAL issues the same requests as no COAL"},
-          ylabel="COAL / no COAL"),
+                    "already exceeds COAL's 4 MiB target, so COAL issues the same requests as no COAL"}),
     Claim("C7", "08_stag", "TOPC 2019",
           "Staggering the readers' I/O in groups reduces storage contention (problem 5)",
           "STAG/no STAG read throughput, one reader per rank (ImageNet records)",
-          1.2, "STAG/no STAG >= 1.2 at the largest P, cold", _stag,
+          "STAG/no STAG", 1.2, _stag,
           {"local": "a local disk and 2 cores suffer little from a few concurrent readers, so the turns "
                     "only add waiting",
            "gpfs": "with no more readers than storage targets the interleaving STAG avoids is small, and "
                    "waiting for turns costs more than it saves",
            "model": "groups of half the readers still interleave many streams per storage target, "
-                    "so the seeks stay and the turns add waiting"},
-          ylabel="STAG / no STAG"),
+                    "so the seeks stay and the turns add waiting"}),
     Claim("C8", "09_scaling", "Poster 2018, TOPC 2019",
           "The full LMDBIO stack is 65-77x faster than LMDB at 9,216 processes",
           "LMDBIO-LMM-DIO-PROV-COAL-STAG/LMDB read throughput (CIFAR-10 records)",
-          10.0, "full stack/LMDB >= 10 at the largest P, cold",
-          _throughput_claim("lmdb", FULL, "cifar10", "cifar10-large-alexnet"),
+          "full stack/LMDB", 10.0, _throughput_claim("lmdb", FULL, "cifar10", "cifar10-large-alexnet"),
           {"local": _LOCAL_ONE_NODE + "; LMDB's costs that grow with P (the walk, the waiters, "
                     "storage contention) are small at a few ranks",
            "gpfs": _GPFS_SMALL + "; the papers' factor comes from LMDB's costs growing with "
                    "thousands of ranks",
-           "model": "the model's storage bounds the optimized stack at this P"},
-          ylabel="full stack / LMDB"),
+           "model": "the model's storage bounds the optimized stack at this P"}),
 )
 
 #: Not a claim of its own: the training view of C1 and C8 that notebook 10 shows.
 TRAINING = Claim("T", "10_training", "TOPC 2019",
                  "LMDBIO brings Caffe's total training time down (up to 65x on 9,216 cores)",
                  "LMDB/full LMDBIO emulated training time (ImageNet records, AlexNet compute)",
-                 1.2, "full stack/LMDB training time >= 1.2 at the largest P", _training,
+                 "full stack/LMDB training time", 1.2, _training,
                  ylabel="training time LMDB / full stack")
 
 _BY_ID = {c.id: c for c in (*CLAIMS, TRAINING)}
@@ -361,12 +359,13 @@ def setting_dir(results_root: str | Path, notebook: str, setting: str) -> Path:
     return base if setting == "local" else base / setting
 
 
-def _folder(results_root, claim: Claim, setting: str, fallback: bool) -> tuple[Path, str]:
-    d = setting_dir(results_root, claim.notebook, setting)
+def resolve(results_root, notebook: str, setting: str, fallback: bool = True) -> tuple[Path, str]:
+    """A setting's results folder and where it is: ``"here"``, or ``"committed"`` when
+    ``results_root`` has none and ``fallback`` allows the repository's copy."""
+    d = setting_dir(results_root, notebook, setting)
     if (d / "meta.json").exists() or not fallback:
         return d, "here"
-    c = setting_dir(COMMITTED_RESULTS, claim.notebook, setting)
-    return c, "committed"
+    return setting_dir(COMMITTED_RESULTS, notebook, setting), "committed"
 
 
 def series(claim: Claim | str, results_root=COMMITTED_RESULTS, *, fallback: bool = True) -> dict:
@@ -374,7 +373,7 @@ def series(claim: Claim | str, results_root=COMMITTED_RESULTS, *, fallback: bool
     claim = _BY_ID[claim] if isinstance(claim, str) else claim
     out = {}
     for s in SETTINGS:
-        d, _ = _folder(results_root, claim, s, fallback)
+        d, _ = resolve(results_root, claim.notebook, s, fallback)
         df = claim.quantity(s, d)
         if df is not None and len(df):
             out[s] = df.sort_values("nprocs").reset_index(drop=True)
@@ -397,7 +396,7 @@ def evaluate(results_root=COMMITTED_RESULTS, claims=CLAIMS, *, fallback: bool = 
     rows = []
     for c in claims:
         for s in SETTINGS:
-            d, source = _folder(results_root, c, s, fallback)
+            d, source = resolve(results_root, c.notebook, s, fallback)
             df = c.quantity(s, d)
             df = None if df is None else df.dropna(subset=["value"])
             base = {"claim": c.id, "setting": s, "criterion": c.criterion, "paper": c.paper,
@@ -457,18 +456,11 @@ def render(df: pd.DataFrame, ids=None) -> str:
     return "\n".join(lines)
 
 
-def claim_rows(results_root, ids) -> pd.DataFrame:
-    """The rows of ``ids`` from ``results_root/claims.csv`` (written first if absent)."""
-    f = Path(results_root) / "claims.csv"
-    df = pd.read_csv(f) if f.exists() else write(results_root)
-    return df[df["claim"].isin(list(ids))]
-
-
-def show(results_root, ids, *, write_csv: bool = True):
+def show(results_root, ids):
     """A notebook's closing cell: rewrite claims.csv, then show its claims' rows as Markdown."""
     from IPython.display import Markdown, display
 
-    df = write(results_root) if write_csv else pd.read_csv(Path(results_root) / "claims.csv")
+    df = write(results_root)
     rows = df[df["claim"].isin(list(ids))]
     display(Markdown(f"## Verdicts (from `{Path(results_root).name}/claims.csv`)\n\n" + render(rows)))
     return rows

@@ -62,6 +62,7 @@ from typing import Any, Callable
 
 from .errors import ConfigurationError, LmdbioError
 from .procs import pid_alive
+from .scales import cluster_kind
 
 __all__ = ["MPICluster", "run_on_engines", "slurm_settings", "SLURM_CONFIG", "EngineFailure",
            "mpiexec", "engine_process", "shm_files"]
@@ -381,7 +382,7 @@ class MPICluster:
                  **cluster_kwargs: Any):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be a positive number of engines, got {n!r}")
-        engines = engines or os.environ.get("LMDBIO_CLUSTER") or "mpi"
+        engines = engines or cluster_kind()
         if engines not in _ENGINE_KINDS:
             raise ConfigurationError(f"engines must be one of {_ENGINE_KINDS} (or $LMDBIO_CLUSTER), "
                                      f"got {engines!r}")

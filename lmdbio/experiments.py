@@ -405,17 +405,17 @@ def settings_results(results: str | os.PathLike, name: str, *, ran: bool) -> Pat
 
     ``results`` is the notebook's results folder (``results_root/NN_name``).
     When nothing was written there (``ran`` False and no results), the
-    committed ``data/results/NN_name/name`` is used and a line says so.
+    committed ``data/results/NN_name/name`` is used and a line says so
+    (:func:`lmdbio.claims.resolve` decides, as it does for the verdicts).
     """
-    from .scales import COMMITTED_RESULTS
+    from .claims import resolve
+    from .scales import REPO
 
-    here = Path(results) / name
-    if ran or (here / "meta.json").exists():
-        return here
-    committed = COMMITTED_RESULTS / Path(results).name / name
-    print(f"{name}: replotted from the committed results in "
-          f"{committed.relative_to(COMMITTED_RESULTS.parent.parent)}")
-    return committed
+    results = Path(results)
+    d, source = resolve(results.parent, results.name, name, fallback=not ran)
+    if source == "committed":
+        print(f"{name}: replotted from the committed results in {d.relative_to(REPO)}")
+    return d
 
 
 def model_series(out_dir: str | os.PathLike, variants, workloads, cfg: dict, *,

@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 
 from .metrics import git_commit, host_meta
+from .scales import CLUSTER_ENV, REPO, SCALES as _SCALES
 
 __all__ = ["REPO", "NOTEBOOKS", "notebooks", "run_notebooks", "save_results", "host_meta",
            "results_dir", "strip", "unstripped", "main"]
 
-REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
-SCALES = ("tiny", "default", "large")
+SCALES = tuple(_SCALES)
 
 
 def notebooks(only: list[str] | None = None, root: Path = NOTEBOOKS) -> list[Path]:
@@ -142,17 +142,17 @@ def run_notebooks(scale: str = "default", out: str | os.PathLike = "build/notebo
     env_path = str(Path(sys.executable).parent)
     if env_path not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = env_path + os.pathsep + os.environ.get("PATH", "")
-    old_cluster = os.environ.get("LMDBIO_CLUSTER")
+    old_cluster = os.environ.get(CLUSTER_ENV)
     if cluster:
-        os.environ["LMDBIO_CLUSTER"] = cluster   # the kernels inherit it
+        os.environ[CLUSTER_ENV] = cluster   # the kernels inherit it
     try:
         done = _execute(notebooks(only), out, params, scale, run, progress, timeout)
     finally:
         if cluster:
             if old_cluster is None:
-                os.environ.pop("LMDBIO_CLUSTER", None)
+                os.environ.pop(CLUSTER_ENV, None)
             else:
-                os.environ["LMDBIO_CLUSTER"] = old_cluster
+                os.environ[CLUSTER_ENV] = old_cluster
     (out / "timings.json").write_text(json.dumps(
         {"scale": scale, "RUN": run, "total_s": round(sum(d["seconds"] for d in done), 1),
          "notebooks": done}, indent=2) + "\n")

@@ -80,14 +80,19 @@ def machine(results_dir: str | os.PathLike) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def subtitle(meta: dict) -> str:
-    """'host: N cores, local disk, scale S' from a meta.json."""
+def _host(meta: dict) -> tuple[str, str, str | None]:
+    """(host name, cores, scale) from a meta.json."""
     host = meta.get("host") or {}
     name = host.get("hostname") if isinstance(host, dict) else host
-    cores = host.get("cores") if isinstance(host, dict) else None
-    cores = cores or meta.get("cores")
-    bits = [f"{name or 'this machine'}: {cores or '?'} cores, local disk"]
+    cores = (host.get("cores") if isinstance(host, dict) else None) or meta.get("cores")
     scale = meta.get("scale") or (meta.get("config") or {}).get("scale")
+    return name or "this machine", cores or "?", scale
+
+
+def subtitle(meta: dict) -> str:
+    """'host: N cores, local disk, scale S' from a meta.json."""
+    name, cores, scale = _host(meta)
+    bits = [f"{name}: {cores} cores, local disk"]
     if scale:
         bits.append(f"scale {scale}")
     return ", ".join(bits)
@@ -583,7 +588,7 @@ def claim_settings(claim, series: dict, verdicts: pd.DataFrame | None = None, me
                     fontsize=7, color="#666", va="bottom")
     if log_y:
         axes[0].set_yscale("log")
-    axes[0].set_ylabel("\n".join(textwrap.wrap(claim.ylabel or claim.quantity_name, 34)))
+    axes[0].set_ylabel("\n".join(textwrap.wrap(claim.ylabel or claim.short, 34)))
     handles = [Line2D([], [], color=color, marker="o", label="median of repeats (bars: min-max)"),
                Line2D([], [], color="#555", ls="--", label=f"criterion: {claim.criterion}"),
                Line2D([], [], color=verdict_colors["yes"], marker="*", ms=12, ls="none",
@@ -591,11 +596,8 @@ def claim_settings(claim, series: dict, verdicts: pd.DataFrame | None = None, me
                Line2D([], [], color=verdict_colors["no"], marker="*", ms=12, ls="none",
                       label="judged point: not met")]
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, -0.06))
-    host = (meta or {}).get("host") or {}
-    name = host.get("hostname", "this machine") if isinstance(host, dict) else host
-    cores = host.get("cores", "?") if isinstance(host, dict) else "?"
-    scale = (meta or {}).get("scale") or ((meta or {}).get("config") or {}).get("scale") or "?"
+    name, cores, scale = _host(meta or {})
     fig.suptitle(f"{claim.id}: {claim.statement}\n(a), (b) measured on {name} ({cores} cores), "
-                 f"scale {scale}; (c) predicted by lmdbio.model", fontsize=11)
+                 f"scale {scale or '?'}; (c) predicted by lmdbio.model", fontsize=11)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
