@@ -6,8 +6,9 @@ optimizations LMM, DM, DIO, PROV, COAL and STAG, which all deliver exactly
 the same records.
 """
 
-from .errors import (ConfigurationError, DatasetError, LmdbFormatError, LmdbioError,
-                     ProvenanceError, SnapshotError)
+from .errors import (AccessError, ConfigurationError, DatasetError, LmdbFormatError, LmdbioError,
+                     PeerError, PeerTimeoutError, ProvenanceError, SnapshotError,
+                     StaleProvenanceError)
 from .options import EXTRA_VARIANTS, VARIANTS, Options, parse_variant
 
 __version__ = "0.1.0"
@@ -15,7 +16,8 @@ __version__ = "0.1.0"
 __all__ = [
     "VARIANTS", "EXTRA_VARIANTS", "Options", "parse_variant", "Reader", "Batch", "make_dataset",
     "LmdbioError", "LmdbFormatError", "ProvenanceError", "ConfigurationError",
-    "DatasetError", "SnapshotError",
+    "DatasetError", "SnapshotError", "StaleProvenanceError", "AccessError", "PeerError",
+    "PeerTimeoutError",
 ]
 
 

@@ -4,8 +4,10 @@ __all__ = [
     "LmdbioError",
     "LmdbFormatError",
     "ProvenanceError",
+    "StaleProvenanceError",
     "ConfigurationError",
     "DatasetError",
+    "AccessError",
     "SnapshotError",
     "PeerError",
     "PeerTimeoutError",
@@ -22,6 +24,14 @@ class LmdbFormatError(LmdbioError):
 
 class ProvenanceError(LmdbioError):
     """A provenance sidecar is missing, stale, or does not match the file."""
+
+
+class StaleProvenanceError(ProvenanceError):
+    """A provenance sidecar does not describe the file it sits beside (stale, edited or forged)."""
+
+
+class AccessError(LmdbioError, PermissionError):
+    """A path exists but this process may not read it (or may not use its lock file)."""
 
 
 class ConfigurationError(LmdbioError, ValueError):
