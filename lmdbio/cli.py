@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 
 from .errors import LmdbioError
@@ -99,6 +100,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # The reader of our stdout left (``lmdbio dump DB | head``): that is a normal end.
+        # Point stdout at devnull so the interpreter's final flush does not fail again.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):   # stdout is no file (tests capture it)
+            pass
+        return 0
     except (LmdbioError, ValueError, OSError) as exc:
         if args.debug:
             raise
@@ -108,8 +119,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("lmdbio: error: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
 
 
 if __name__ == "__main__":

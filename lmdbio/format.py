@@ -9,19 +9,20 @@ and LMDB's ``mdb.c`` for the layout.
 from __future__ import annotations
 
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .errors import LmdbFormatError, LmdbioError
+from .errors import AccessError, LmdbFormatError, LmdbioError
 
 __all__ = [
     "MAGIC", "P_BRANCH", "P_LEAF", "P_OVERFLOW", "P_META", "P_LEAF2", "P_SUBP",
     "F_BIGDATA", "F_SUBDATA", "F_DUPDATA", "P_INVALID",
     "MetaInfo", "PageHeader", "LeafNodes",
-    "db_file", "read_meta", "parse_meta", "meta_candidates",
+    "db_file", "open_readonly", "read_meta", "parse_meta", "meta_candidates",
     "page_header", "check_page", "node_pointers", "branch_children", "branch_keys",
     "leaf_table", "leaf_nodes", "leaf_keys", "validate_meta",
     "overflow_pages", "read_page", "read_pages",
@@ -120,25 +121,84 @@ def _fail(path, pgno, problem: str) -> LmdbFormatError:
     return LmdbFormatError(f"{path}: {where}: {problem}")
 
 
-def db_file(path: str | os.PathLike) -> Path:
-    """The data.mdb of an LMDB directory, or ``path`` itself when it is a file."""
-    p = Path(path)
-    if p.is_dir():
-        f = p / "data.mdb"
-        if not f.is_file():
-            raise LmdbioError(f"{p} is a directory without data.mdb; pass an LMDB directory "
-                              f"or its data.mdb file")
-        return f
-    if p.is_file():
+_PASS = "pass an LMDB directory or its data.mdb file"
+# What a path is when it is neither a directory nor a regular file (from its st_mode).
+_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a directory"))
+
+
+def _denied(path, doing: str) -> AccessError:
+    """The error for a path this process may not use, saying what to check."""
+    return AccessError(f"{path}: permission denied {doing} (uid {os.geteuid()}); check that this "
+                       "user may read it: its mode, owner and ACLs, and execute permission on "
+                       "every directory above it")
+
+
+def open_readonly(path) -> int:
+    """``os.open(path, O_RDONLY)``, raising :class:`AccessError` when the file may not be read."""
+    try:
+        return os.open(path, os.O_RDONLY)
+    except PermissionError:
+        raise _denied(path, "opening it for reading") from None
+
+
+def _stat(p: Path, missing: str, denied: tuple | None = None) -> os.stat_result:
+    """``os.stat`` of ``p`` (following links), or an error that says what is there instead.
+
+    Args:
+        missing: the message when nothing is at ``p``.
+        denied: (path, doing) to name in the AccessError when the lookup is refused.
+    """
+    try:
+        return os.stat(p)
+    except PermissionError:
+        raise _denied(*(denied or (p, "looking it up"))) from None
+    except NotADirectoryError:
+        up = next((a for a in reversed(p.parents) if a.exists() and not a.is_dir()), p.parent)
+        raise LmdbioError(f"{p} cannot exist: {up} is a file, not a directory; {_PASS}") from None
+    except FileNotFoundError:
+        if os.path.islink(p):
+            raise LmdbioError(f"{p} is a symbolic link to {os.readlink(p)}, which does not exist; "
+                              f"fix the link or {_PASS}") from None
+        raise LmdbioError(missing) from None
+    except OSError as exc:   # ELOOP (a symlink loop), ENAMETOOLONG, EIO, ...
+        raise LmdbioError(f"{p}: cannot look it up ({exc.strerror}); {_PASS}") from None
+
+
+def _regular(p: Path, st: os.stat_result) -> Path:
+    """``p`` when it is a regular file this process may open; else an error naming what it is."""
+    if stat.S_ISREG(st.st_mode):
+        os.close(open_readonly(p))
         return p
-    raise LmdbioError(f"{p} does not exist; pass an LMDB directory or its data.mdb file")
+    kind = next((name for test, name in _KINDS if test(st.st_mode)), "no regular file")
+    raise LmdbioError(f"{p} is {kind}, not an LMDB data file; lmdbio reads pages at random "
+                      f"offsets of a regular file: {_PASS}")
+
+
+def db_file(path: str | os.PathLike) -> Path:
+    """The data.mdb of an LMDB directory, or ``path`` itself when it is a file.
+
+    Raises:
+        LmdbioError saying what the path is when it is no LMDB file (missing, a device,
+        a FIFO, a dangling symlink, ...); AccessError when it may not be read.
+    """
+    p = Path(path)
+    st = _stat(p, f"{p} does not exist; {_PASS}")
+    if not stat.S_ISDIR(st.st_mode):
+        return _regular(p, st)
+    f = p / "data.mdb"
+    # Looking up an entry needs execute permission on the directory itself.
+    st = _stat(f, f"{p} is a directory without data.mdb; {_PASS}",
+               denied=(p, "looking inside the directory"))
+    return _regular(f, st)
 
 
 def _open(path_or_fd, name: str | None = None) -> tuple[int, bool, str]:
     if isinstance(path_or_fd, int):
         return path_or_fd, False, name or f"<fd {path_or_fd}>"
     f = db_file(path_or_fd)
-    return os.open(f, os.O_RDONLY), True, str(f)
+    return open_readonly(f), True, str(f)
 
 
 def _pread_exact(fd: int, n: int, off: int, path, pgno) -> bytes:

@@ -61,7 +61,7 @@ def dump(path, stream: TextIO) -> None:
     head += [f"{name}=1" for bit, name in _DB_FLAG_NAMES if meta.db_flags & bit]
     head += [f"db_pagesize={meta.psize}", "HEADER=END"]
     stream.write("\n".join(head) + "\n")
-    fd = os.open(f, os.O_RDONLY)
+    fd = fmt.open_readonly(f)
     try:
         per = 256
         for s in range(0, len(index), per):
