@@ -169,7 +169,9 @@ def _stat(p: Path, missing: str, denied: tuple | None = None) -> os.stat_result:
 def _regular(p: Path, st: os.stat_result) -> Path:
     """``p`` when it is a regular file this process may open; else an error naming what it is."""
     if stat.S_ISREG(st.st_mode):
-        os.close(open_readonly(p))
+        # os.access, not an open: non-readers of a Reader never open the file (a test checks it).
+        if not os.access(p, os.R_OK):
+            raise _denied(p, "opening it for reading")
         return p
     kind = next((name for test, name in _KINDS if test(st.st_mode)), "no regular file")
     raise LmdbioError(f"{p} is {kind}, not an LMDB data file; lmdbio reads pages at random "

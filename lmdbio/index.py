@@ -13,7 +13,6 @@ to. Nothing here imports ``lmdb`` except :class:`Snapshot`. ``describe`` and
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -269,42 +268,6 @@ def _with_path(meta: fmt.MetaInfo, path: str) -> fmt.MetaInfo:
     return meta if meta.path == path else replace(meta, path=path)
 
 
-# py-lmdb refuses to open one environment twice in a process, so snapshots of
-# the same file share one read-only Environment (per process: never after fork).
-_ENVS: dict[tuple, list] = {}
-_ENVS_LOCK = threading.Lock()
-
-
-def _env_acquire(where: str, subdir: bool, lib_version: int):
-    import lmdb
-
-    key = (os.getpid(), os.path.realpath(where), lib_version)
-    with _ENVS_LOCK:
-        entry = _ENVS.get(key)
-        if entry is None:
-            kwargs = dict(subdir=subdir, readonly=True, create=False, readahead=False,
-                          lib_version=lib_version, max_readers=126, max_spare_txns=0)
-            try:
-                env, locked = lmdb.open(where, lock=True, **kwargs), True
-            except lmdb.Error:
-                # No writable lock file (read-only media): nothing can write there either.
-                env, locked = lmdb.open(where, lock=False, **kwargs), False
-            entry = _ENVS[key] = [env, locked, 0]
-        entry[2] += 1
-        return key, entry[0], entry[1]
-
-
-def _env_release(key) -> None:
-    with _ENVS_LOCK:
-        entry = _ENVS.get(key)
-        if entry is None:
-            return
-        entry[2] -= 1
-        if entry[2] <= 0:
-            del _ENVS[key]
-            entry[0].close()
-
-
 class Snapshot:
     """An LMDB read transaction held open on a data.mdb, pinning one version of its tree.
 
@@ -318,16 +281,10 @@ class Snapshot:
 
         self.path = fmt.db_file(path)
         self.closed = False
-        meta = fmt.read_meta(self.path)
-        lib_version = 1 if meta.format_version == 3 else 0
-        subdir = self.path.name == "data.mdb"
-        where = str(self.path.parent if subdir else self.path)
-        try:
-            self._key, self._env, self.locked = _env_acquire(where, subdir, lib_version)
-        except lmdb.Error as exc:
-            from .io import lmdb_error
+        from .lmdbenv import acquire
 
-            raise lmdb_error(exc, self.path, "opening a snapshot") from exc
+        self._handle = acquire(self.path)
+        self._env, self.locked = self._handle.env, self._handle.locked
         try:
             for _ in range(retries):
                 try:
@@ -348,7 +305,7 @@ class Snapshot:
             raise SnapshotError(f"{self.path}: could not pin a snapshot in {retries} tries "
                                 "(writer too busy); try again")
         except BaseException:
-            _env_release(self._key)
+            self._handle.release()
             self.closed = True
             raise
 
@@ -377,7 +334,7 @@ class Snapshot:
             try:
                 self._txn.abort()
             finally:
-                _env_release(self._key)
+                self._handle.release()
 
     def __enter__(self) -> Snapshot:
         return self

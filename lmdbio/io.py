@@ -171,6 +171,7 @@ class CursorWalker:
         self.path = path
         self._lmdb_error = lmdb.Error
         self.txn = self.cursor = None
+        self._fd = -1
         try:
             self.txn = env.begin(buffers=True)
             self.cursor = self.txn.cursor()
@@ -178,14 +179,49 @@ class CursorWalker:
         except lmdb.Error as exc:
             self.close()
             raise lmdb_error(exc, self.path, "opening a cursor") from exc
+        try:
+            self._fd = os.open(self.path, os.O_RDONLY)
+            self.need = self._snapshot_bytes()
+        except BaseException:
+            self.close()
+            raise
         if not found:
             self.close()
             raise LmdbioError(f"{self.path}: the database has no records")
         self.pos = 0
         self.walked = 0
 
+    def _snapshot_bytes(self) -> int:
+        """Bytes of data.mdb this read transaction's pages lie in: (its meta's last page + 1) pages."""
+        from . import format as fmt
+
+        tid = self.txn.id()
+        metas = [m for m in fmt.meta_candidates(self._fd, name=str(self.path)) if m.txnid == tid]
+        if metas:
+            return (metas[0].last_pgno + 1) * metas[0].psize
+        # A writer committed twice since begin(): the newest meta's pages include ours.
+        m = fmt.read_meta(self._fd, name=str(self.path))
+        return (m.last_pgno + 1) * m.psize
+
+    def check_size(self) -> None:
+        """Raise LmdbFormatError if data.mdb shrank below this snapshot's pages.
+
+        Touching a mapped page past the end of a file kills the process with
+        SIGBUS, so the mmap readers look before each walk and each copy. A
+        truncation between this check and the copy is still fatal (a race
+        no user-space check can close); it needs someone truncating a live
+        database, which LMDB itself never does.
+        """
+        size = os.fstat(self._fd).st_size
+        if size < self.need:
+            raise LmdbFormatError(
+                f"{self.path}: the file shrank to {size} bytes while being read; this reader's "
+                f"snapshot needs {self.need} bytes. Another process truncated or replaced it: "
+                "restore the database, then start the job again")
+
     def skip_to(self, target: int) -> None:
         """Walk ``next()`` until the cursor is on record ``target`` (mod n)."""
+        self.check_size()
         steps = (target - self.pos) % self.n
         nxt, first = self.cursor.next, self.cursor.first
         try:
@@ -199,6 +235,7 @@ class CursorWalker:
 
     def seek_key(self, key: bytes, pos: int) -> None:
         """Position on ``key`` (record ``pos``): a B-tree descent, DM's portable cursor."""
+        self.check_size()
         try:
             found = self.cursor.set_key(key)
         except self._lmdb_error as exc:
@@ -210,6 +247,7 @@ class CursorWalker:
 
     def take(self, count: int) -> list:
         """The next ``count`` values (walking over them); the cursor ends after the last."""
+        self.check_size()
         out = []
         cur = self.cursor
         append, value, nxt, first = out.append, cur.value, cur.next, cur.first
@@ -224,6 +262,28 @@ class CursorWalker:
         self.walked += count
         return out
 
+    def map_base(self, psize: int, header_size: int) -> int | None:
+        """The address at which LMDB mapped page 0 of the file, or None if it cannot be told.
+
+        ``env.info()["map_addr"]`` is 0 unless the map is fixed (MDB_FIXEDMAP), so
+        take a pointer known to lie in the map: the current key, which lives
+        in its leaf page. That page starts at the key's address rounded down
+        to the page size (the map is page-aligned) and begins with its own
+        page number, so page 0 is ``psize * pgno`` below it.
+        """
+        import ctypes
+
+        key = self.cursor.key()
+        if not len(key):
+            return None
+        addr = np.frombuffer(key, dtype=np.uint8).ctypes.data
+        page = addr - addr % psize
+        pgno = int.from_bytes(ctypes.string_at(page, 8), "little")
+        flags = int.from_bytes(ctypes.string_at(page + header_size - 6, 2), "little")
+        if pgno <= 1 or pgno * psize >= self.need or not flags & 0x02:   # not a leaf page: give up
+            return None
+        return page - pgno * psize
+
     def key(self) -> bytes:
         try:
             return bytes(self.cursor.key())
@@ -237,41 +297,69 @@ class CursorWalker:
         if self.txn is not None:
             self.txn.abort()
             self.txn = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 class Stagger:
     """STAG: readers in groups of ``size``; at most one group reads at a time.
 
-    Group g starts its reads only after every reader of group g-1 has finished
-    (a barrier inside group g-1, then a message from each of its readers to
-    the reader at the same position in group g); group 0 does not wait.
+    Group g starts its reads only after every reader of group g-1 has finished:
+    the readers of group g-1 report to their group's first reader, which
+    releases them; each then sends a message to the reader at the same
+    position in group g. Group 0 does not wait. Every wait is bounded by
+    ``LMDBIO_TIMEOUT`` and names the rank (world rank, from ``names``) it waited for.
     """
 
     TAG = 7331
+    DONE, GO = 7332, 7333
 
-    def __init__(self, readers_comm, size: int):
+    def __init__(self, readers_comm, size: int, names: tuple[int, ...] | None = None):
         self.comm = readers_comm
         self.size = max(1, int(size))
+        self.names = tuple(names) if names is not None else tuple(range(readers_comm.size))
         k = readers_comm.rank
         self.group = k // self.size
-        self.members = readers_comm.Split(color=self.group, key=k)
+        self.first = self.group * self.size
+        self.last = min(self.first + self.size, readers_comm.size) - 1
         self.prev = k - self.size if k - self.size >= 0 else None
         self.next = k + self.size if k + self.size < readers_comm.size else None
         self._pending = []
+        self._turn = 0
+
+    def _who(self, k: int) -> str:
+        return f"rank {self.names[k]}"
 
     def wait_turn(self) -> None:
         if self.prev is not None:
-            wait_request(self.comm.irecv(source=self.prev, tag=self.TAG))
+            me = self.names[self.comm.rank]
+            wait_request(self.comm.irecv(source=self.prev, tag=self.TAG), what=(
+                f"rank {me}: {self._who(self.prev)}, a reader of the previous stagger group, did "
+                f"not pass its turn {self._turn} (it stopped answering or stopped reading)"))
+        self._turn += 1
 
     def pass_turn(self) -> None:
-        wait_request(self.members.Ibarrier())
+        """Every reader of this group has read: then each tells its partner in the next group."""
+        k, me = self.comm.rank, self.names[self.comm.rank]
+        if k == self.first:
+            for j in range(self.first + 1, self.last + 1):
+                wait_request(self.comm.irecv(source=j, tag=self.DONE), what=(
+                    f"rank {me}: {self._who(j)}, a reader of its stagger group, did not finish its "
+                    f"turn {self._turn - 1} (it stopped answering or stopped reading)"))
+            for j in range(self.first + 1, self.last + 1):
+                self._pending.append(self.comm.isend(None, dest=j, tag=self.GO))
+        else:
+            self._pending.append(self.comm.isend(None, dest=self.first, tag=self.DONE))
+            wait_request(self.comm.irecv(source=self.first, tag=self.GO), what=(
+                f"rank {me}: {self._who(self.first)}, the first reader of its stagger group, did "
+                f"not confirm turn {self._turn - 1} (it stopped answering or stopped reading)"))
         if self.next is not None:
             self._pending.append(self.comm.isend(None, dest=self.next, tag=self.TAG))
-        if len(self._pending) > 8:
+        while len(self._pending) > 4 * (self.size + 2):
             self._pending.pop(0).wait()
 
     def close(self) -> None:
         for r in self._pending:
             r.wait()
         self._pending.clear()
-        self.members.Free()

@@ -21,6 +21,7 @@ returns one :class:`~lmdbio.reader.Batch`.
 
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
@@ -29,6 +30,8 @@ from .io import (CursorWalker, coalesce_batches, copy_values, plan_extents, posi
                  read_extents)
 
 __all__ = ["PerRankStrategy", "CursorWalk", "KeyGet", "Direct", "per_rank_strategy"]
+
+log = logging.getLogger("lmdbio")
 
 
 class PerRankStrategy:
@@ -72,6 +75,7 @@ class CursorWalk(PerRankStrategy):
             values = w.take(r.per_rank)
             row["records_walked"] = w.walked - w0
         with r.rec.phase("read", t, chain=True) as row:
+            w.check_size()   # a file that shrank would kill the copy with SIGBUS
             buf, offsets, sizes = copy_values(values, lambda nb: np.empty(nb, dtype=np.uint8))
             row["bytes"], row["calls"] = int(sizes.sum()), len(values)
         return Batch(buf, offsets, sizes, r._indices(first))
@@ -144,6 +148,7 @@ class KeyGet(PerRankStrategy):
                 i0 = int(np.searchsorted(self._pos, a))
                 keys += self._keys[i0:i0 + m]
         with r.rec.phase("read", t, chain=True) as row:
+            r._walker.check_size()
             get = self._get
             values = [get(k) for k in keys]
             buf, offsets, sizes = copy_values(values, lambda nb: np.empty(nb, dtype=np.uint8))
@@ -155,8 +160,10 @@ class Direct(PerRankStrategy):
     """``lmdbio-direct``: this rank preads its own records, ``coalesce`` batches per request.
 
     Offsets come from the provenance sidecar when every rank can load it for
-    the agreed snapshot, else from the record index (one rank walks it and
-    sends each rank its positions). A chunk of ``coalesce`` of this rank's
+    the agreed snapshot and the ranks' shares of its check against the file
+    all pass, else from the record index (one rank walks it and sends each
+    rank its positions; a sidecar that fails the check is named in one
+    warning and in :meth:`describe`). A chunk of ``coalesce`` of this rank's
     batches is planned into the fewest extents and read into one of three
     rotating private buffers, faulted in at setup; batches are views. Three
     slots keep every batch valid until the rank's second following read.
@@ -168,6 +175,7 @@ class Direct(PerRankStrategy):
     def __init__(self, coalesce_bytes: int):
         self.coalesce_bytes = int(coalesce_bytes)
         self.locate = ""
+        self.refused = ""   # why a loaded sidecar was not used (failed its check)
 
     def open(self, r) -> None:
         from .index import open_snapshot
@@ -186,6 +194,17 @@ class Direct(PerRankStrategy):
         except LmdbioError:
             return None
 
+    def _check_prov(self, r, prov, row: dict) -> str | None:
+        """This rank's share of the sidecar's check (collective): None, or what is wrong."""
+        from .errors import ProvenanceError
+        from .provenance import verify_shares
+
+        try:
+            verify_shares(r.comm, prov, r._fd, r._snapshot.meta, row)
+        except ProvenanceError as exc:
+            return str(exc)
+        return None
+
     def setup(self, r, row: dict) -> None:
         from .reader import collective, scatter_index
 
@@ -195,6 +214,16 @@ class Direct(PerRankStrategy):
         self._pos = pos = positions_touched(n, B, lo, m)
         prov = self._load_prov(r)
         use_prov = comm.allreduce(0 if prov is None else 1, op=_min_op()) == 1
+        if use_prov:
+            # A sidecar is used only if every rank's share of its check passed.
+            problems = comm.allgather(collective(comm, self._check_prov, r, prov, row))
+            bad = [(rank, p) for rank, p in enumerate(problems) if p]
+            if bad:
+                use_prov = False
+                self.refused = f"rank {bad[0][0]}: {bad[0][1]}"
+                if comm.rank == 0:
+                    log.warning("lmdbio-direct: not using the provenance sidecar, reading with the "
+                                "record index instead: %s", self.refused)
         if use_prov:
             self.locate = "provenance"
 
@@ -250,7 +279,10 @@ class Direct(PerRankStrategy):
         return Batch(self._buf, self._offs[it], self._sizes[it], r._indices(first))
 
     def describe(self) -> dict:
-        return {"direct_locate": self.locate, "coalesce": self.coalesce}
+        out = {"direct_locate": self.locate, "coalesce": self.coalesce}
+        if self.refused:
+            out["provenance_refused"] = self.refused
+        return out
 
 
 def _min_op():

@@ -7,6 +7,13 @@ the database it describes (format, page size, txnid, last page, file size).
 Looking up a range of records costs O(runs touched); a sidecar of another
 version of the file is refused with an error that says how to refresh it.
 
+Anyone can recompute a sidecar's digest, so the digest only catches damage.
+What makes a sidecar trustworthy is :meth:`Provenance.verify_share`: the
+leaf pages and branch pages of the file itself must agree with every extent
+it gives. Ranks split that check (:func:`verify_shares`), each reading a
+share of the leaf pages; together they prove the sidecar equals the record
+index (:func:`lmdbio.index.build_index`).
+
 Also here: :func:`arithmetic_offsets`, the paper's purely arithmetic model of
 where an append-order writer puts each value (reference: ``compute_data_offsets``
 in pmodels/lmdbio), for comparing with the truth.
@@ -18,19 +25,24 @@ import hashlib
 import io
 import os
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .errors import ProvenanceError
+from . import format as fmt
+from .errors import LmdbFormatError, LmdbioError, ProvenanceError, StaleProvenanceError
 
-__all__ = ["SIDECAR_NAME", "sidecar_path", "Provenance", "encode_runs", "write_provenance",
-           "load_provenance", "provenance_status", "arithmetic_offsets", "model_parameters"]
+__all__ = ["SIDECAR_NAME", "sidecar_path", "Provenance", "ShareCheck", "encode_runs",
+           "write_provenance", "load_provenance", "verify_shares", "provenance_status",
+           "arithmetic_offsets", "model_parameters"]
 
 SIDECAR_NAME = "lmdbio-provenance.npz"
 _SCHEMA = 2
 _IDENTITY = ("format_version", "psize", "txnid", "last_pgno", "file_size")
+# Leaf pages decoded per numpy batch in a check (memory: psize * batch).
+_CHECK_BATCH = 2048
 
 
 def sidecar_path(path: str | os.PathLike) -> Path:
@@ -92,6 +104,18 @@ def _decode_runs(start, base, stride, n, lo: int, hi: int) -> np.ndarray:
     return base[k] + (i - start[k]) * stride[k]
 
 
+@dataclass(frozen=True)
+class ShareCheck:
+    """What one share of a sidecar's check against its file covered and cost."""
+
+    part: int
+    parts: int
+    leaves: int        # leaf pages checked, node by node
+    records: int       # records whose extents were compared with their leaf node
+    pages: int         # pages read: this share's leaves, plus the branch pages in part 0
+    seconds: float
+
+
 @dataclass
 class Provenance:
     """Byte extents of every record of one version of an LMDB, computed from runs."""
@@ -114,6 +138,7 @@ class Provenance:
     leaf_pgnos: np.ndarray     # int64 page number of each leaf, in key order
     leaf_starts: np.ndarray    # int64 first record of each leaf, then n
     path: Path | None = None   # the data.mdb it was loaded for
+    digest: str = ""           # sha256 of the arrays, set by from_file (names the content)
 
     @property
     def n_runs(self) -> int:
@@ -200,6 +225,174 @@ class Provenance:
                     f"offset {where} size {size}")
         return None
 
+    # ------------------------------------------------------------ full check
+
+    def verify_share(self, fd: int, meta: fmt.MetaInfo, part: int = 0,
+                     parts: int = 1) -> ShareCheck:
+        """Check share ``part`` of ``parts`` of the sidecar against the file, leaf by leaf.
+
+        The share is the leaves ``k`` with ``k % parts == part``: each such leaf
+        page is read (consecutive page numbers in one pread) and must carry its
+        own page number and the LEAF flag, hold exactly the sidecar's count of
+        records, and give every node's value location (first overflow page, or
+        the data inside the leaf) and size exactly as :meth:`extents` does. Every
+        share also checks the sidecar's arrays against ``meta`` and that every
+        extent lies in the file (no page read). Part 0 also walks the branch pages
+        from ``meta``'s root and requires ``leaf_pgnos`` to be the tree's leaves in
+        key order. So the shares of ``parts`` ranks together prove the sidecar
+        equals the record index of the file.
+
+        Args:
+            fd: the data.mdb, open for reading.
+            meta: the meta of the version read (a snapshot's, or ``read_meta``'s).
+            part, parts: which share; ``parts=1`` checks everything.
+        Returns:
+            A :class:`ShareCheck` (what was read, and how long it took).
+        Raises:
+            StaleProvenanceError: the first record (or leaf) that disagrees, what
+                the sidecar says and what the file says, and how to rewrite it.
+            LmdbFormatError: a damaged branch page (the file, not the sidecar).
+        """
+        if parts < 1 or not 0 <= part < parts:
+            raise ValueError(f"share {part} of {parts} does not exist; use 0 <= part < parts")
+        t0 = time.perf_counter()
+        problem = self._layout_problem(meta)
+        if problem:
+            raise self._mismatch(meta, problem)
+        offs, sizes = self.extents(0, self.n)
+        offs, sizes = offs.view(np.int64), sizes.astype(np.int64)
+        self._check_in_file(fd, meta, offs, sizes)
+        pages = 0
+        if part == 0:
+            tree, pages = _tree_leaves(fd, meta)
+            ours = self.leaf_pgnos.astype(np.int64)
+            m = min(len(tree), len(ours))
+            differ = np.flatnonzero(tree[:m] != ours[:m])
+            if len(differ) or len(tree) != len(ours):
+                k = int(differ[0]) if len(differ) else m
+                say = f"page {int(ours[k])}" if k < len(ours) else "no more leaves"
+                truth = f"page {int(tree[k])}" if k < len(tree) else "no more leaves"
+                raise self._mismatch(meta, f"leaf {k} in key order (records from "
+                                           f"{int(self.leaf_starts[min(k, len(ours))])}): the "
+                                           f"sidecar says {say}, the file's tree says {truth} "
+                                           f"({len(ours)} vs {len(tree)} leaves)")
+        ks = np.arange(part, len(self.leaf_pgnos), parts, dtype=np.int64)
+        # Read in page order, so leaves that lie back to back cost one pread.
+        ks = ks[np.argsort(self.leaf_pgnos[ks], kind="stable")]
+        first: tuple[int, str] | None = None   # (record, problem) with the lowest record
+        records = 0
+        for b in range(0, len(ks), _CHECK_BATCH):
+            kb = ks[b:b + _CHECK_BATCH]
+            found = self._check_leaves(fd, meta, kb, offs, sizes)
+            pages += len(kb)
+            records += int((self.leaf_starts[kb + 1] - self.leaf_starts[kb]).sum())
+            if found is not None and (first is None or found[0] < first[0]):
+                first = found
+        if first is not None:
+            raise self._mismatch(meta, first[1])
+        return ShareCheck(part, parts, len(ks), records, pages, time.perf_counter() - t0)
+
+    def _check_leaves(self, fd: int, meta: fmt.MetaInfo, kb: np.ndarray, offs: np.ndarray,
+                      sizes: np.ndarray) -> tuple[int, str] | None:
+        """Leaves ``kb`` (ascending pages) against the sidecar: the first bad record, or None."""
+        from .index import _pread_pages
+
+        ps, hdr = meta.psize, meta.header_size
+        pg = self.leaf_pgnos[kb].astype(np.int64)
+        lo = self.leaf_starts[kb]
+        want = self.leaf_starts[kb + 1] - lo
+        bad = (pg < 2) | (pg > meta.last_pgno) | (pg >= meta.file_pages)
+        if bad.any():
+            j = int(np.argmin(np.where(bad, lo, np.iinfo(np.int64).max)))
+            return int(lo[j]), (f"leaf {int(kb[j])} (records from {int(lo[j])}): the sidecar says "
+                                f"leaf page {int(pg[j])}, which is not a page of the tree "
+                                f"(2..{meta.last_pgno}, file of {meta.file_pages} pages)")
+        raw = b"".join(_pread_pages(fd, meta, pg))
+        leaves = np.frombuffer(raw, dtype=np.uint8).reshape(len(pg), ps)
+        try:
+            nodes, cnt = fmt.leaf_table(leaves, pg, meta)
+        except LmdbFormatError as exc:
+            # The sidecar names these pages as leaves; one is not a readable leaf.
+            return int(lo.min()), (f"a page the sidecar gives as a leaf of records "
+                                   f"{int(lo.min())}.. is not a readable leaf page ({exc})")
+        bad = cnt != want
+        if bad.any():
+            j = int(np.argmin(np.where(bad, lo, np.iinfo(np.int64).max)))
+            return int(lo[j]), (f"leaf page {int(pg[j])} (leaf {int(kb[j])}): the sidecar says it "
+                                f"holds records {int(lo[j])}..{int(lo[j] + want[j]) - 1} "
+                                f"({int(want[j])} records), the file says {int(cnt[j])} records")
+        slot = np.arange(len(nodes.size), dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        rec = np.repeat(lo, cnt) + slot
+        page = np.repeat(pg, cnt)
+        big = (nodes.flags & fmt.F_BIGDATA) != 0
+        where = np.where(big, nodes.ov_pgno * ps + hdr, page * ps + nodes.data_pos)
+        bad = (where != offs[rec]) | (nodes.size != sizes[rec])
+        if not bad.any():
+            return None
+        i = int(np.argmin(np.where(bad, rec, np.iinfo(np.int64).max)))
+        return int(rec[i]), (f"record {int(rec[i])} (node {int(slot[i])} of leaf page "
+                             f"{int(page[i])}): the sidecar says offset {int(offs[rec[i]])} size "
+                             f"{int(sizes[rec[i]])}, the file says offset {int(where[i])} size "
+                             f"{int(nodes.size[i])}")
+
+    def _layout_problem(self, meta: fmt.MetaInfo) -> str | None:
+        """What makes the arrays unusable for ``meta``'s version (no page read), or None."""
+        mine = (self.format_version, self.psize, self.header_size, self.txnid, self.last_pgno)
+        theirs = (meta.format_version, meta.psize, meta.header_size, meta.txnid, meta.last_pgno)
+        if mine != theirs or self.n != meta.entries:
+            return (f"it describes (format, page size, header, txnid, last page, entries) "
+                    f"{mine + (self.n,)}, the file is {theirs + (meta.entries,)}")
+        arrays = ("run_start", "run_base", "run_stride", "size_run_start", "size_run_value",
+                  "size_array", "leaf_pgnos", "leaf_starts")
+        for k in arrays:
+            a = getattr(self, k)
+            if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
+                return f"its {k} is not a 1-D integer array ({a.dtype}, shape {a.shape})"
+        n = self.n
+
+        def runs(start, *others) -> str | None:
+            if any(len(o) != len(start) for o in others):
+                return "has arrays of different lengths"
+            if n and (len(start) == 0 or start[0] != 0 or (np.diff(start) <= 0).any()
+                      or start[-1] >= n):
+                return f"does not cover records 0..{n - 1} in increasing runs"
+            return None
+
+        problem = runs(self.run_start, self.run_base, self.run_stride)
+        if problem:
+            return f"its offset runs {problem}"
+        if self.size_const < 0:
+            if len(self.size_array):
+                if len(self.size_array) != n:
+                    return f"its size array has {len(self.size_array)} entries for {n} records"
+            else:
+                problem = runs(self.size_run_start, self.size_run_value)
+                if problem:
+                    return f"its size runs {problem}"
+        ls = self.leaf_starts
+        if (len(ls) != len(self.leaf_pgnos) + 1 or ls[0] != 0 or ls[-1] != n
+                or (np.diff(ls) < 0).any()):
+            return (f"its leaf_starts ({len(ls)} entries for {len(self.leaf_pgnos)} leaves) do not "
+                    f"rise from 0 to {n} records")
+        return None
+
+    def _check_in_file(self, fd: int, meta: fmt.MetaInfo, offs: np.ndarray,
+                       sizes: np.ndarray) -> None:
+        """Every extent after the two meta pages and inside the file (and the version's pages)."""
+        end = min(os.fstat(fd).st_size, (meta.last_pgno + 1) * meta.psize)
+        bad = (offs < 2 * meta.psize) | (sizes < 0) | (offs + sizes > end)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise self._mismatch(meta, f"record {i}: the sidecar says offset {int(offs[i])} size "
+                                       f"{int(sizes[i])}, which lies outside the records' part of "
+                                       f"the file (bytes {2 * meta.psize}..{end})")
+
+    def _mismatch(self, meta: fmt.MetaInfo, problem: str) -> StaleProvenanceError:
+        f = Path(self.path or meta.path or "data.mdb")
+        return StaleProvenanceError(
+            f"{f}: provenance sidecar {sidecar_path(f).name} does not match the file "
+            f"(stale, edited or forged): {problem}; rewrite it with `lmdbio index {f.parent}`")
+
     # -------------------------------------------------------------- storage
 
     def _arrays(self) -> dict:
@@ -253,7 +446,7 @@ class Provenance:
             prov = cls(int(arrays["n"]), *ident, arrays["run_start"], arrays["run_base"],
                        arrays["run_stride"], int(arrays["size_const"]), arrays["size_run_start"],
                        arrays["size_run_value"], arrays["size_array"], arrays["leaf_pgnos"],
-                       arrays["leaf_starts"])
+                       arrays["leaf_starts"], digest=digest)
         except ProvenanceError:
             raise
         except (OSError, KeyError, ValueError, TypeError, EOFError) as exc:
@@ -317,19 +510,104 @@ def load_provenance(path, *, check_stale: bool = True) -> Provenance:
         if changed or prov.n != meta.entries:
             if prov.n != meta.entries:
                 changed.append(f"entries {prov.n} -> {meta.entries}")
-            raise ProvenanceError(f"{f}: provenance sidecar is stale, the database changed "
+            raise StaleProvenanceError(f"{f}: provenance sidecar is stale, the database changed "
                                   f"({', '.join(changed)}); refresh it with `lmdbio index {f.parent}`")
     return prov
 
 
+def _tree_leaves(fd: int, meta: fmt.MetaInfo) -> tuple[np.ndarray, int]:
+    """The main DB's leaf pages in key order from its branch pages alone; and pages read.
+
+    Bounded like :func:`lmdbio.index.build_index`'s walk (the meta's page
+    counts), so a damaged tree is one LmdbFormatError, never a hang.
+    """
+    from .index import _pread_pages
+
+    if meta.root is None:
+        return np.zeros(0, np.int64), 0
+    level = np.array([meta.root], dtype=np.int64)
+    budget = meta.branch_pages + meta.leaf_pages
+    branches = 0
+    for _ in range(meta.depth - 1):
+        bad = (level < 2) | (level > meta.last_pgno) | (level >= meta.file_pages)
+        if bad.any():
+            raise fmt._fail(meta.path, int(level[int(np.argmax(bad))]),
+                            f"branch page number is outside the file's pages 2..{meta.last_pgno}")
+        branches += len(level)
+        if branches > budget:
+            raise fmt._fail(meta.path, meta.root, f"the tree has more than the meta's {budget} "
+                                                  "branch+leaf pages (cycle or damaged branch)")
+        raw = b"".join(_pread_pages(fd, meta, level))
+        ps = meta.psize
+        level = np.concatenate([fmt.branch_children(raw[i * ps:(i + 1) * ps], meta, pgno)
+                                for i, pgno in enumerate(level.tolist())])
+        if branches + len(level) > budget:
+            raise fmt._fail(meta.path, meta.root, f"the tree has more than the meta's {budget} "
+                                                  "branch+leaf pages (cycle or damaged branch)")
+    if branches != meta.branch_pages or len(level) != meta.leaf_pages \
+            or len(np.unique(level)) != len(level):
+        raise fmt._fail(meta.path, meta.root, f"the tree has {branches} branch and {len(level)} "
+                                              f"leaf pages ({len(np.unique(level))} distinct), the "
+                                              f"meta says {meta.branch_pages} and "
+                                              f"{meta.leaf_pages} (damaged tree or meta)")
+    return level, branches
+
+
+def verify_shares(comm, prov: Provenance, fd: int, meta: fmt.MetaInfo,
+                  row: dict | None = None) -> ShareCheck:
+    """Collective over ``comm``: its ranks split the full check of their sidecars.
+
+    Ranks whose sidecars have the same content (digest) split its leaves, one
+    share each (:meth:`Provenance.verify_share`), so the group checks all of
+    it once; a rank with a sidecar of its own (another ``{node}`` copy) checks
+    all of that one. Every rank reaches the one exchange before anything can
+    raise. Raises StaleProvenanceError on the ranks whose share disagrees only:
+    call it inside the Reader's ``collective`` so every rank learns of it.
+
+    Args:
+        row: setup counters to fill: ``prov_check_s``, ``prov_check_pages``,
+            ``prov_check_leaves`` and ``prov_check_share`` (``"part/parts"``).
+    """
+    key = prov.digest or prov._digest(prov._arrays())
+    keys = [key] if comm is None or comm.size == 1 else comm.allgather(key)
+    me = 0 if comm is None else comm.rank
+    same = [r for r, k in enumerate(keys) if k == key]
+    check = prov.verify_share(fd, meta, part=same.index(me), parts=len(same))
+    if row is not None:
+        row.update(prov_check_s=check.seconds, prov_check_pages=check.pages,
+                   prov_check_leaves=check.leaves, prov_check_share=f"{check.part}/{check.parts}")
+    return check
+
+
 def provenance_status(path) -> str:
-    """``"present"``, ``"stale"`` (changed DB or unreadable sidecar) or ``"missing"``."""
+    """The sidecar of the LMDB at ``path`` as ``lmdbio info`` reports it.
+
+    ``"present"``: it describes the current version and every extent passes the
+    full check against the file (:meth:`Provenance.verify_share`, one share);
+    ``"stale"``: the database changed since it was written, or it is unreadable;
+    ``"invalid"``: it claims the current version but its extents disagree with
+    the file (edited or forged; the readers refuse it); ``"missing"``.
+    """
     if not sidecar_path(path).is_file():
         return "missing"
     try:
-        load_provenance(path)
+        prov = load_provenance(path)
     except ProvenanceError:
         return "stale"
+    fd = os.open(prov.path, os.O_RDONLY)
+    try:
+        meta = fmt.read_meta(fd, name=str(prov.path))
+        try:
+            prov.verify_share(fd, meta)
+        except LmdbioError:
+            # Without a read transaction a writer may recycle pages under the check.
+            if fmt.read_meta(fd, name=str(prov.path)).txnid != meta.txnid:
+                return "stale"
+            return "invalid"
+    except LmdbioError:
+        return "stale"
+    finally:
+        os.close(fd)
     return "present"
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import sys
@@ -13,14 +12,14 @@ import numpy as np
 from mpi4py import MPI
 
 from . import datum
-from .errors import LmdbioError, PeerError, PeerTimeoutError, SnapshotError
+from .errors import ConfigurationError, LmdbioError, PeerError, PeerTimeoutError, SnapshotError
 from .io import (CursorWalker, Stagger, coalesce_batches, copy_values, plan_extents,
                  positions_runs, positions_touched, read_extents)
 from .metrics import PhaseRecorder, totals_row, totals_snapshot
 from .options import Options, choose_auto, parse_variant
 from .perrank import per_rank_strategy
 from .shm import GroupBuffer
-from .waiting import completes_within, timeout, wait_request
+from .waiting import completes_within, timeout, wait_request, wait_until
 from .topology import Topology, make_topology, node_number
 
 __all__ = ["Reader", "Batch", "collective"]
@@ -30,7 +29,9 @@ log = logging.getLogger("lmdbio")
 # Requests of exit agreements a rank gave up on (a peer never came): they and
 # their buffers must outlive the request, which MPI may still complete.
 _ABANDONED: list = []
-_WARNED_NOLOCK: set = set()
+
+# Tag of close()'s point-to-point agreement on the Reader's communicator.
+_CLOSE_TAG = 0x1D05
 
 # How long ranks that raised inside ``with Reader`` wait for each other before
 # a lone failure is handled by on_error (at most LMDBIO_TIMEOUT).
@@ -42,12 +43,28 @@ def _exit_timeout() -> float:
     try:
         value = float(raw) if raw else EXIT_TIMEOUT
     except ValueError:
-        value = EXIT_TIMEOUT
+        value = -1.0
+    if not value > 0:
+        raise ConfigurationError(f"LMDBIO_EXIT_TIMEOUT must be a positive number of seconds, "
+                                 f"got {raw!r}; unset it for the default ({EXIT_TIMEOUT:g} s)")
     return min(max(value, 0.1), timeout())
 
 
 def _default_on_error() -> str:
     return os.environ.get("LMDBIO_ON_ERROR", "").strip().lower() or "abort"
+
+
+def check_settings(on_error: str) -> None:
+    """Check the environment settings a Reader reads later (at a timeout, at close), now.
+
+    Raises ConfigurationError naming the variable, so a bad value fails the
+    construction on every rank instead of surfacing at close().
+    """
+    timeout()
+    _exit_timeout()
+    if on_error not in ("abort", "raise"):
+        where = " (from LMDBIO_ON_ERROR)" if os.environ.get("LMDBIO_ON_ERROR", "").strip() else ""
+        raise ConfigurationError(f"on_error must be 'abort' or 'raise', got {on_error!r}{where}")
 
 
 class Batch:
@@ -100,7 +117,7 @@ def collective(comm: MPI.Comm, fn: Callable, *args, **kwargs):
     """
     try:
         result, err = fn(*args, **kwargs), None
-    except Exception as exc:  # whatever it is, it must not strand the other ranks
+    except BaseException as exc:  # whatever it is (Ctrl-C too), it must not strand the other ranks
         result, err = None, exc
     errors = comm.allgather(None if err is None else (type(err), str(err)))
     failed = [(r, e) for r, e in enumerate(errors) if e is not None]
@@ -114,34 +131,6 @@ def collective(comm: MPI.Comm, fn: Callable, *args, **kwargs):
             exc = LmdbioError(f"rank {r}: {msg}")
         raise exc
     return result
-
-
-def _lock_path(where: str, subdir: bool) -> str:
-    return os.path.join(where, "lock.mdb") if subdir else where + "-lock"
-
-
-def _warn_nolock(where: str) -> None:
-    if where not in _WARNED_NOLOCK:
-        _WARNED_NOLOCK.add(where)
-        log.warning("lmdbio: %s: cannot open LMDB's lock file (read-only?); reading without the "
-                    "reader lock: a concurrent writer could recycle pages this reader uses", where)
-
-
-def _lock_file_unusable(where: str, subdir: bool) -> bool:
-    """True if LMDB's lock file cannot be opened for writing (read-only media, no permission)."""
-    lock = _lock_path(where, subdir)
-    existed = os.path.exists(lock)
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        return exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM)
-    os.close(fd)
-    if not existed:
-        try:
-            os.unlink(lock)
-        except OSError:
-            pass
-    return False
 
 
 def scatter_index(comm: MPI.Comm, snapshot, n: int, batch: int, lo: int, count: int,
@@ -250,8 +239,7 @@ class Reader:
         self._pending: list = []
 
         def check_args():
-            if on_error not in ("abort", "raise"):
-                raise ValueError(f"on_error must be 'abort' or 'raise', got {on_error!r}")
+            check_settings(on_error)
             if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
                 raise TypeError(f"batch_size must be an integer, got {type(batch_size).__name__}")
             if batch_size <= 0:
@@ -267,6 +255,8 @@ class Reader:
             f = db_file(where)
             auto = None
             if options is None and isinstance(variant, str) and variant.strip().lower() == "auto":
+                if self.rank != 0:   # rank 0 chooses for all (its sidecar check reads pages)
+                    return None, f, ("", "")
                 auto = choose_auto(f)   # by the file system f lives on
                 opts = parse_variant(auto[0], coalesce_bytes=coalesce_bytes,
                                      stagger_size=stagger_size)
@@ -277,49 +267,71 @@ class Reader:
                 raise TypeError("options must be an lmdbio.Options")
             return opts, f, auto
 
-        # {node}: every rank takes part in finding node numbers if any rank needs them.
-        node = None
-        if comm.allreduce(1 if "{node}" in str(path) else 0, op=MPI.MAX):
-            node = collective(comm, node_number, comm, ranks_per_node)
-        self.options, self.path, auto = collective(comm, check_args)
-        #: variant="auto": why this variant was chosen ("" otherwise). Rank 0's choice holds
-        #: for every rank, so all read the same way.
-        self.auto_reason = ""
-        if comm.allreduce(auto is not None, op=MPI.LOR):
-            auto = comm.bcast(auto, root=0)
-            self.options = parse_variant(auto[0], coalesce_bytes=coalesce_bytes,
-                                         stagger_size=stagger_size)
-            self.auto_reason = f"auto: {auto[1]}"
-        self.variant = self.options.name
-        self._strategy = None
-        self.batch_size = int(batch_size)
-        self.per_rank = self.batch_size // self.nprocs
-        self._arange = np.arange(self.per_rank, dtype=np.int64)
-
-        self.topology = (
-            make_topology(comm, ranks_per_node, readers_per_node) if self.options.localized else None)
-        self.is_reader = self.topology.is_reader if self.topology else True
-
-        # Rank 0 reads the meta page only (no map, no LMDB): entries and file size.
-        def meta():
-            if self.rank == 0:
-                from .format import read_meta
-                m = read_meta(self.path)
-                if m.entries == 0:
-                    raise LmdbioError(f"{self.path} holds no records; nothing to read")
-                return m
-            return None
-
         try:
+            # {node}: every rank takes part in finding node numbers if any rank needs them.
+            node = None
+            if comm.allreduce(1 if "{node}" in str(path) else 0, op=MPI.MAX):
+                node = collective(comm, node_number, comm, ranks_per_node)
+            self.options, self.path, auto = collective(comm, check_args)
+            #: variant="auto": why this variant was chosen ("" otherwise). Rank 0's choice holds
+            #: for every rank, so all read the same way.
+            self.auto_reason = ""
+            if comm.allreduce(auto is not None, op=MPI.LOR):
+                auto = comm.bcast(auto, root=0)
+                self.options = parse_variant(auto[0], coalesce_bytes=coalesce_bytes,
+                                             stagger_size=stagger_size)
+                self.auto_reason = f"auto: {auto[1]}"
+            self.variant = self.options.name
+            self._strategy = None
+            self.batch_size = int(batch_size)
+            self.per_rank = self.batch_size // self.nprocs
+            self._arange = np.arange(self.per_rank, dtype=np.int64)
+
+            self.topology = (make_topology(comm, ranks_per_node, readers_per_node)
+                             if self.options.localized else None)
+            self.is_reader = self.topology.is_reader if self.topology else True
+
+            # Rank 0 reads the meta page only (no map, no LMDB): entries and file size.
+            def meta():
+                if self.rank == 0:
+                    from .format import read_meta
+                    m = read_meta(self.path)
+                    if m.entries == 0:
+                        raise LmdbioError(f"{self.path} holds no records; nothing to read")
+                    return m
+                return None
+
             m = comm.bcast(collective(comm, meta), root=0)
             self.n, self.meta = m.entries, m
             self._mean_size = max(1.0, m.file_size / max(1, m.entries))
             with self.rec.phase("setup", -1) as row:
                 self._setup(build_provenance, row)
-        except BaseException:
+        except BaseException as exc:
+            if self.nprocs > 1 and not isinstance(exc, Exception):
+                self._interrupted_setup(exc)
             self._release()   # every rank gets here together: each failing step is collective
             raise
         self._closed = False
+
+    def _interrupted_setup(self, exc: BaseException) -> None:
+        """Ctrl-C (or another BaseException) hit this rank between two collective setup steps.
+
+        The other ranks may be inside a blocking MPI call (a window allocation,
+        a communicator split) that no timeout can end. If they do not all come
+        to a bounded agreement, end the job (whatever ``on_error`` says): it
+        is the only way not to leave them spinning for ever.
+        """
+        try:
+            limit = _exit_timeout()
+        except LmdbioError:
+            limit = EXIT_TIMEOUT
+        present, _ = self._agree(True, limit)
+        if not present:
+            print(f"lmdbio: error: rank {self.rank}: {type(exc).__name__} while the Reader was being "
+                  f"set up; rank(s) {self._missing} are inside a setup step that cannot time out: "
+                  "aborting the job so no rank waits forever", file=sys.stderr, flush=True)
+            time.sleep(0.5)
+            self.comm.Abort(130 if isinstance(exc, KeyboardInterrupt) else 1)
 
     # ------------------------------------------------------------------ setup
     def _setup(self, build_provenance: bool, row: dict) -> None:
@@ -342,12 +354,20 @@ class Reader:
         if o.locate == "provenance" and build_provenance:
             collective(comm, self._refresh_provenance)
         self._open_agreed(self._open_reader if self.is_reader else (lambda: None))
+        if o.locate == "provenance":
+            # Anyone can recompute a sidecar's digest: the readers check all of it against
+            # the file, a share each, before it is trusted (StaleProvenanceError everywhere).
+            from .provenance import verify_shares
+            collective(comm, lambda: verify_shares(topo.readers_comm, self._prov, self._fd,
+                                                   self._snapshot.meta, row)
+                       if self.is_reader else None)
         # COAL: batches per request, a power of two, from the mean record size.
         self.coalesce = k = coalesce_batches(self.group_records * self._mean_size,
                                              o.coalesce_bytes, self.n // self.batch_size)
         if self.is_reader and o.staggered:
             size = o.stagger_size or max(1, topo.nreaders // 2)
-            self._stagger = Stagger(topo.readers_comm, size)
+            readers = tuple(topo.readers_comm.allgather(self.rank))
+            self._stagger = Stagger(topo.readers_comm, size, names=readers)
         if o.locate == "index":
             # Collective over the whole communicator: non-readers learn of a failure too.
             collective(comm, self._scatter_index, row)
@@ -367,11 +387,7 @@ class Reader:
         for _ in range(tries):
             collective(self.comm, open_fn)
             if self._snapshot is not None:
-                p = self._snapshot.path
-                where, subdir = (str(p.parent), True) if p.name == "data.mdb" else (str(p), False)
-                self.lock = bool(self._snapshot.locked) and os.path.exists(_lock_path(where, subdir))
-                if not self.lock:
-                    _warn_nolock(where)
+                self.lock = bool(self._snapshot.locked)
             ids = self.comm.allgather(collective(self.comm, self._snapshot_id))
             got = {x for x in ids if x is not None}
             if len(got) <= 1:
@@ -404,8 +420,8 @@ class Reader:
             self._walker.close()
             self._walker = None
         if self._env is not None:
-            self._env.close()
             self._env = None
+            self._env_handle.release()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -425,33 +441,16 @@ class Reader:
                 write_provenance(self.path)
 
     def _open_env(self):
-        import lmdb
-
         from .index import check_tree
-        check_tree(self.path)  # LMDB's C code asserts on (or reads past) trees our walk rejects
-        subdir = self.path.name == "data.mdb"
-        where = str(self.path.parent if subdir else self.path)
-        # Caffe's settings: read-only map with readahead, and a slot in the lock
-        # file's reader table (MDB_RDONLY), so a writer cannot recycle the pages
-        # of our snapshot; lock=False only where the lock file cannot be opened.
-        kwargs = dict(subdir=subdir, readonly=True, readahead=True, create=False,
-                      max_readers=max(126, 2 * self.nprocs + 16))
-        from .io import lmdb_error
+        from .lmdbenv import acquire
 
-        try:
-            try:
-                self._env = lmdb.open(where, lock=True, **kwargs)
-                # On a read-only file system LMDB itself goes on without a lock file.
-                self.lock = os.path.exists(_lock_path(where, subdir))
-            except lmdb.Error:
-                if not _lock_file_unusable(where, subdir):
-                    raise
-                self._env = lmdb.open(where, lock=False, **kwargs)
-                self.lock = False
-        except lmdb.Error as exc:  # a meta page LMDB refuses (flags, version, encryption bits)
-            raise lmdb_error(exc, self.path, "opening the database") from exc
-        if not self.lock:
-            _warn_nolock(where)
+        check_tree(self.path)  # LMDB's C code asserts on (or reads past) trees our walk rejects
+        # Caffe's settings: read-only map with readahead, and a slot in the lock
+        # file's reader table (MDB_RDONLY) next to the real file, so a writer
+        # cannot recycle the pages of our snapshot; no lock only on read-only media.
+        self._env_handle = acquire(self.path, max_readers=max(126, 2 * self.nprocs + 16))
+        self._env = self._env_handle.env
+        self.lock = self._env_handle.locked
 
     def _open_reader(self) -> None:
         o = self.options
@@ -460,7 +459,12 @@ class Reader:
             self._walker = CursorWalker(self._env, self.n)
             if o.speculative:
                 self._fd = os.open(self.path, os.O_RDONLY)
-                self._map_addr = self._env.info()["map_addr"]
+                m = self.meta
+                self._map_addr = self._env.info()["map_addr"] or self._walker.map_base(
+                    m.psize, m.header_size)
+                if self._map_addr is None:
+                    log.warning("lmdbio: %s: cannot tell where LMDB mapped the file; DM runs "
+                                "without speculative reads", self.path)
                 self._pred = None
                 self._last_ranges: list[tuple[int, int]] = []
             return
@@ -570,6 +574,7 @@ class Reader:
                 self._stagger.wait_turn()
         with self.rec.phase("read", t, chain=True) as row:
             if mmap_fetch:
+                self._walker.check_size()   # a file that shrank would kill the copy with SIGBUS
                 _, offsets, sizes = copy_values(values, lambda n: gb.reserve(chunk, n))
                 row["bytes"], row["calls"] = int(sizes.sum()), len(values)
                 if self.options.speculative:
@@ -652,6 +657,9 @@ class Reader:
 
     # DM's speculative I/O: ask for the predicted pages before walking.
     def _speculate(self, t: int) -> None:
+        """Ask the kernel (``POSIX_FADV_WILLNEED``) for the byte range this reader's next
+        records are predicted to occupy, extrapolated from its last two ranges, so the
+        pages arrive while it waits for the cursor instead of one fault at a time."""
         with self.rec.phase("speculate", t) as row:
             self._pred = None
             if len(self._last_ranges) >= 2:
@@ -662,19 +670,22 @@ class Reader:
                     os.posix_fadvise(self._fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
                     self._pred = (lo, hi)
                     row["bytes"] = hi - lo
+                    row["pages"] = -(-hi // self.meta.psize) - lo // self.meta.psize
 
     def _score_prediction(self, values: list, row: dict) -> None:
-        if not values:
+        """Where this batch's records really were (file offsets), against the prediction."""
+        if not values or self._map_addr is None:
             return
         first = np.frombuffer(values[0], dtype=np.uint8)
         last = np.frombuffer(values[-1], dtype=np.uint8)
         lo = first.ctypes.data - self._map_addr
         hi = last.ctypes.data - self._map_addr + len(values[-1])
-        if hi < lo:   # the group's records wrapped around the end of the file
-            lo, hi = 0, self.meta.file_size
+        page = self.meta.psize
+        if hi < lo:   # the group's records wrapped around the end of the file: no trend, no score
+            self._last_ranges.clear()
+            return
         self._last_ranges.append((lo, hi))
         del self._last_ranges[:-2]
-        page = 4096
         a0, a1 = lo // page, -(-hi // page)
         if self._pred is None:
             row["missed_pages"], row["extra_pages"] = a1 - a0, 0
@@ -711,10 +722,14 @@ class Reader:
         if problem is not None:
             raise problem
         if not present:
-            raise PeerTimeoutError(
-                f"rank {self.rank}: not every rank reached close() within {2 * timeout():g} s "
-                "(LMDBIO_TIMEOUT); a rank stopped early or exited. Every rank must call "
-                "read_batch() the same number of times, then close()")
+            exc = PeerTimeoutError(
+                f"rank {self.rank}: rank(s) {self._missing} did not reach close() within "
+                f"{2 * timeout():g} s (twice LMDBIO_TIMEOUT): they stopped answering (stopped, "
+                "in a debugger, swapped out), exited, or read a different number of batches. "
+                "Every rank must call read_batch() the same number of times, then close()")
+            # MPI_Finalize would wait for those ranks for ever: under on_error="abort" end the job.
+            self._fail(exc)
+            raise exc
         others = [r for r in failed if r != self.rank]
         if others:
             raise PeerError(f"rank {self.rank}: rank(s) {others} left their with-block with an "
@@ -753,16 +768,33 @@ class Reader:
         return present, failed_ranks, problem
 
     def _agree(self, failed: bool, limit: float) -> tuple[bool, list[int]]:
-        """Non-blocking allgather of "I failed" flags, bounded by ``limit`` seconds."""
+        """Exchange "I failed" flags with every rank, bounded by ``limit`` seconds.
+
+        Point to point rather than one Iallgather, so the ranks that did not
+        come are known by number (:attr:`_missing`). Returns (every rank came,
+        ranks that failed).
+        """
+        self._missing: list[int] = []
         if self.nprocs == 1:
             return True, [0] if failed else []
-        send = np.array([1 if failed else 0], dtype=np.int32)
-        recv = np.zeros(self.nprocs, dtype=np.int32)
-        req = self.comm.Iallgather(send, recv)
-        if not completes_within(req, limit):
-            _ABANDONED.append((req, send, recv))
-            return False, [self.rank] if failed else []
-        return True, [int(r) for r in np.flatnonzero(recv)]
+        comm, me = self.comm, self.rank
+        others = [r for r in range(self.nprocs) if r != me]
+        flag = np.array([1 if failed else 0], dtype=np.int32)
+        got = np.zeros(self.nprocs, dtype=np.int32)
+        got[me] = flag[0]
+        recvs = [comm.Irecv(got[r:r + 1], source=r, tag=_CLOSE_TAG) for r in others]
+        sends = [comm.Isend(flag, dest=r, tag=_CLOSE_TAG) for r in others]
+        wait_until(lambda: MPI.Request.Testall(recvs), limit)
+        self._missing = [r for r, q in zip(others, recvs) if not q.Test()]
+        failed_ranks = [int(r) for r in np.flatnonzero(got)]
+        if self._missing:
+            for q in recvs:
+                if not q.Test():
+                    q.Cancel()
+            _ABANDONED.append((recvs, sends, flag, got))   # MPI may still touch their buffers
+            return False, [me] if failed else []
+        MPI.Request.Waitall(sends)
+        return True, failed_ranks
 
     def _release(self, agree: bool = True) -> None:
         gb, self._group_buf = self._group_buf, None

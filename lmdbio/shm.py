@@ -68,7 +68,7 @@ class GroupBuffer:
         self.is_reader = comm.rank == 0
         self.max_records = int(max_records)
         self._hdr_len = _CTL_LEN + 2 * self.max_records
-        n_hdr = self.nslots * self._hdr_len + 2 * comm.size + 1
+        n_hdr = self.nslots * self._hdr_len + 2 * comm.size + 2
         self._hdr_win = self._allocate(n_hdr * 8)
         flat = self._view(self._hdr_win, np.int64)
         self.header = flat[:self.nslots * self._hdr_len].reshape(self.nslots, self._hdr_len)
@@ -79,6 +79,10 @@ class GroupBuffer:
         # failed[0] is 1 + the group rank of a member that gave up (0: none):
         # the others stop waiting for it at once instead of at the timeout.
         self.failed = flat[-1:]
+        # waiting_on[0] is 1 + the group rank of the member whose ask the reader waits for
+        # (0: none), so a member that times out, or wakes to a failure, names the rank that
+        # stopped instead of blaming the reader.
+        self.waiting_on = flat[-2:-1]
         # Futex word addresses, looked up once (numpy's .ctypes is slow).
         self._seq_addr = [word_address(flat, k * self._hdr_len + _SEQ) for k in range(self.nslots)]
         self._ack_addr = [word_address(self.acks, r) for r in range(comm.size)]
@@ -148,14 +152,19 @@ class GroupBuffer:
             need = chunk - self.nslots + 2
             failed = self.failed
             for m in range(1, self.comm.size):
+                if self.acks[m] >= need:
+                    continue
+                self.waiting_on[0] = m + 1
+                self._fence()
                 v = wait_word(self.acks, m, lambda v: v >= need or failed[0] != 0, (self.asleep, 0),
-                          self._fence,
-                          self._ack_addr[m], limit=self.timeout,
-                          what=lambda m=m: (f"rank {self.names[0]} (reader): rank {self.names[m]} did "
-                                            f"not ask for {self._batches(need)} (chunk {need}); it "
-                                            f"last asked for chunk {int(self.acks[m])}"))
+                              self._fence, self._ack_addr[m], limit=self.timeout,
+                              what=lambda m=m: (f"rank {self.names[0]} (reader): rank {self.names[m]} "
+                                                f"did not ask for {self._batches(need)} (chunk "
+                                                f"{need}): it stopped answering; it last asked for "
+                                                f"chunk {int(self.acks[m])}"))
                 if v < need:
                     self._check_failed()
+                self.waiting_on[0] = 0
         if nbytes > self.capacity(slot):
             new = max(int(nbytes), 2 * self.capacity(slot))
             self.header[slot, _GROW] = new
@@ -197,8 +206,7 @@ class GroupBuffer:
         h = self.header[slot]
         mine = (self.asleep, me)
         addr = self._seq_addr[slot]
-        what = (f"rank {self.names[me]}: its reader, rank {self.names[0]}, did not publish "
-                f"{self._batches(chunk)} (chunk {chunk})")
+        what = lambda: self._stalled_reader(chunk)  # noqa: E731 - built only on a timeout
         failed = self.failed
         seq = wait_word(h, _SEQ, lambda v: v >= 2 * chunk + 1 or failed[0] != 0, mine, self._fence,
                         addr, limit=self.timeout, what=what)
@@ -234,14 +242,35 @@ class GroupBuffer:
         for r in range(self.comm.size):
             wake_word(self.acks, r, self._ack_addr[r])
 
+    def _stalled(self) -> int | None:
+        """Group rank of the member the reader is waiting for, if it waits for one."""
+        m = int(self.waiting_on[0]) - 1 if self.waiting_on is not None else -1
+        return m if 0 < m < self.comm.size else None
+
+    def _stalled_reader(self, chunk: int) -> str:
+        me, m = self.comm.rank, self._stalled()
+        if m is not None and m != me:
+            return (f"rank {self.names[me]}: rank {self.names[m]} stopped answering: its reader, "
+                    f"rank {self.names[0]}, is waiting for it to ask for its next batches (it last "
+                    f"asked for chunk {int(self.acks[m])}), so {self._batches(chunk)} (chunk "
+                    f"{chunk}) were not published")
+        return (f"rank {self.names[me]}: its reader, rank {self.names[0]}, stopped answering: it "
+                f"did not publish {self._batches(chunk)} (chunk {chunk})")
+
     def _check_failed(self) -> None:
         who = int(self.failed[0]) - 1
-        if who == self.comm.rank:
+        me = self.comm.rank
+        if who == me:
             raise PeerError(f"rank {self.names[who]}: this rank failed earlier and left its reader "
                             "group; make a new Reader")
         if who >= 0:
-            raise PeerError(f"rank {self.names[self.comm.rank]}: rank {self.names[who]} of its reader "
-                            "group failed (see that rank's error), so the hand-off cannot go on")
+            m = self._stalled()
+            cause = (f"; the hand-off was stuck on rank {self.names[m]}, which stopped asking for "
+                     f"batches (last asked for chunk {int(self.acks[m])})"
+                     if m is not None and m not in (who, me) else "")
+            raise PeerError(f"rank {self.names[me]}: rank {self.names[who]} of its reader "
+                            f"group gave up (see that rank's error), so the hand-off cannot go on"
+                            f"{cause}")
 
     def _in_use(self) -> bool:
         """True if anything outside this object (a Batch, a view of one) still holds a slot."""
@@ -261,7 +290,7 @@ class GroupBuffer:
         wins = [self._hdr_win, *self._wins, *self._old]
         arrays = self._data + self._old_data
         self._wins, self._old, self._data, self._old_data = [], [], [], []
-        self.header = self.acks = self.asleep = self.failed = None
+        self.header = self.acks = self.asleep = self.failed = self.waiting_on = None
         in_use = _viewed(arrays)
         if self.comm.size == 1:
             return

@@ -193,10 +193,12 @@ def worker_main(bases_file: str, workdir: str) -> None:
         res["t"] = time.perf_counter() - t0
         res["case"], res["base"] = case["case"], case["base"]
         # Leaks: every error path must close what it opened.
-        from lmdbio import index as _index
-        if _index._ENVS:
-            res["bad"].append(f"leak: {len(_index._ENVS)} snapshot environment(s) left open")
-            _index._ENVS.clear()
+        from lmdbio import lmdbenv as _lmdbenv
+        if _lmdbenv._ENVS:
+            res["bad"].append(f"leak: {len(_lmdbenv._ENVS)} LMDB environment(s) left open")
+            for env, *_ in _lmdbenv._ENVS.values():
+                env.close()
+            _lmdbenv._ENVS.clear()
         now = _open_fds()
         if fds is None:
             fds = now   # after the first case: MPI and numpy have opened what they keep
@@ -581,3 +583,20 @@ def test_damaged_files_through_every_variant(tmp_path, fmt_name):
             # found by our walk before LMDB is asked; the same error as the index's
             assert res["steps"]["index"].startswith("LmdbFormatError")
             assert all(res["messages"][v] == res["messages"]["index"] for v in mmap_variants), res
+
+
+@pytest.mark.parametrize("variant", ["lmdbio-lmm-dio", "lmdbio-direct", "lmdbio-lmm"])
+def test_a_failed_open_leaves_no_lock_file(tmp_path, variant):
+    """Issue 23 (minor): LMDB creates lock.mdb before it reads the meta it then refuses; a
+    failed open must leave the dataset directory as it was (before: a new lock.mdb)."""
+    from mpi4py import MPI
+
+    import lmdbio
+
+    base, seed = REGRESSIONS[0]   # a meta with an encryption flag: LMDB's own open refuses it
+    bases = make_bases(tmp_path / "bases")
+    case = _save_case(bases, base, seed, tmp_path / "case")
+    before = sorted(p.name for p in case.iterdir())
+    with pytest.raises(lmdbio.LmdbioError):
+        lmdbio.Reader(case, 4, MPI.COMM_SELF, variant=variant)
+    assert sorted(p.name for p in case.iterdir()) == before

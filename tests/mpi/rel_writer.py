@@ -1,10 +1,11 @@
 """Under mpiexec: every variant reads its snapshot while another process writes (issue 13).
 
-usage: rel_writer.py DB VARIANTS
+usage: rel_writer.py DB VARIANTS [WRITER_DB]
 For each variant: every rank records the database's values, the Reader
 opens, rank 0 starts a writer (rel_writer_proc.py) and waits for its first
 commit, and every rank checks every record it is given against the values
-at open, for two epochs. A clean LmdbioError is reported as such; any other
+at open, for two epochs. The writer opens WRITER_DB (default DB): the
+real directory when DB holds a symbolic link to its data.mdb. A clean LmdbioError is reported as such; any other
 outcome (wrong bytes, a C assertion) fails.
 """
 
@@ -24,6 +25,7 @@ import lmdbio
 from lmdbio.errors import LmdbioError
 
 db, variants = sys.argv[1], sys.argv[2].split(",")
+writer_db = sys.argv[3] if len(sys.argv) > 3 else db
 comm = MPI.COMM_WORLD
 faulthandler.register(signal.SIGUSR1)   # a hang can be inspected with kill -USR1
 here = os.path.dirname(os.path.abspath(__file__))
@@ -31,7 +33,7 @@ per_rank = 10
 B = per_rank * comm.size
 for variant in variants:
     comm.Barrier()   # the last variant's writer is gone before anyone looks at the values
-    env = lmdb.open(db, readonly=True, lock=True)
+    env = lmdb.open(db, readonly=True, lock=False)   # before the writer starts: no lock needed
     with env.begin() as txn:
         expected = [bytes(v) for _, v in txn.cursor()]
     env.close()
@@ -46,7 +48,7 @@ for variant in variants:
             if comm.rank == 0:
                 ready = os.path.join(os.path.dirname(db), f"writer-ready-{os.getpid()}")
                 writer = subprocess.Popen([sys.executable, os.path.join(here, "rel_writer_proc.py"),
-                                           db, ready])
+                                           writer_db, ready])
                 t0 = time.monotonic()
                 while not os.path.exists(ready) and time.monotonic() - t0 < 30:
                     time.sleep(0.01)

@@ -1,0 +1,48 @@
+"""Under mpiexec: a forged provenance sidecar never yields a wrong record (issue 23, F1).
+
+usage: rel_forged.py DB RANKS_PER_NODE VARIANT [VARIANT ...]   (RANKS_PER_NODE: None or a number)
+Each rank reads one epoch plus two batches with each variant and compares every
+record with py-lmdb's cursor. Rank 0 prints one line per (variant, rank):
+``<variant> rank <r>: ok ...`` with the variant and locate used, or the error
+type and message the Reader raised there.
+"""
+
+import sys
+
+import lmdb
+import numpy as np
+from mpi4py import MPI
+
+import lmdbio
+from lmdbio.errors import LmdbioError
+
+db, rpn_s, variants = sys.argv[1], sys.argv[2], sys.argv[3:]
+rpn = None if rpn_s == "None" else int(rpn_s)
+comm = MPI.COMM_WORLD
+env = lmdb.open(db, readonly=True, lock=False)
+with env.begin() as txn:
+    expected = [bytes(v) for _, v in txn.cursor()]
+env.close()
+n, per = len(expected), 4
+B = per * comm.size
+for variant in variants:
+    comm.Barrier()
+    try:
+        with lmdbio.Reader(db, B, comm, variant=variant, ranks_per_node=rpn) as r:
+            wrong = checked = 0
+            for t in range(-(-n // B) + 2):
+                b = r.read_batch()
+                want = (t * B + comm.rank * per + np.arange(per)) % n
+                if not np.array_equal(b.indices, want):
+                    wrong += per
+                    continue
+                wrong += sum(bytes(b[i]) != expected[int(want[i])] for i in range(len(b)))
+                checked += len(b)
+            last = r.stats()[-1]
+            got = (f"ok checked={checked} wrong={wrong} variant={r.variant} "
+                   f"locate={last.get('direct_locate', '-')} "
+                   f"refused={'provenance_refused' in last}")
+    except LmdbioError as exc:
+        got = f"{type(exc).__name__}: {exc}"
+    for rank, g in enumerate(comm.gather(got, root=0) or []):
+        print(f"{variant} rank {rank}: {g}", flush=True)
