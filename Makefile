@@ -10,7 +10,7 @@ SCALE   ?= default
 CLUSTER ?= mpi
 SLURM_DIR ?= build/slurm
 
-.PHONY: venv lock test test-slurm fuzz reproduce datasets notebooks figures strip lab bench bench-issue6 bench-issue15 bench-pfs \
+.PHONY: venv lock test test-slurm fuzz reproduce datasets notebooks figures strip lab bench bench-issue6 bench-issue15 bench-pfs bench-throttle bench-faulters \
 	cluster-up cluster-down clean help
 
 help:
@@ -30,6 +30,8 @@ help:
 	@echo "make bench-issue6 - the full variants x P=1,4,16 x warm/cold sweep (about 15 min)"
 	@echo "make bench-issue15 - raw limit vs best/direct/auto/lmdb-get, warm and cold (about 4 min)"
 	@echo "make bench-pfs  - the cold sweep through the emulated GPFS (about 14 min)"
+	@echo "make bench-throttle - the cold sweep through throttled loop devices (root; about 10 min)"
+	@echo "make bench-faulters - K = 1..16 processes faulting one cold file on a throttled device (root; about 1 min)"
 
 # Debian packages the emulated PFS (fuse3) and the dump tests (lmdb-utils) use; the Slurm
 # packages are installed by lmdbio.testing.slurm when its tests first run.
@@ -99,6 +101,13 @@ bench-issue15: venv
 
 bench-pfs: venv
 	benchmarks/run_pfs_sweep.sh
+
+# Throttled real block devices (lmdbio.storage; root, loop devices, blkio/io cgroups).
+bench-throttle: venv
+	benchmarks/run_throttle_sweep.sh
+
+bench-faulters: venv
+	$(BIN)/python -m lmdbio.storage faulters --out data/results/throttled
 
 test-slurm: venv
 	$(BIN)/python -m pytest -m slurm tests

@@ -4,8 +4,9 @@ One job per module:
 
 - :mod:`~lmdbio.bench.limit`: ``raw``, the limit every variant is measured against.
 - :mod:`~lmdbio.bench.cache`: warm or cold page caches before a point, and residency.
-- :mod:`~lmdbio.bench.storage`: where a sweep's datasets live (local, or an emulated
-  parallel file system mounted for the sweep with ``--storage pfs:PROFILE``).
+- :mod:`~lmdbio.bench.storage`: where a sweep's datasets live (local, an emulated
+  parallel file system mounted for the sweep with ``--storage pfs:PROFILE``, or
+  throttled loop devices, one per virtual node, with ``--storage throttle:PROFILE``).
 - :mod:`~lmdbio.bench.point`: :func:`run_point`, one point on a communicator
   (mpiexec's ``COMM_WORLD`` or an ipyparallel engine's), tidy rows on rank 0.
 - :mod:`~lmdbio.bench.stats`: :func:`summarize`, the one speedup definition

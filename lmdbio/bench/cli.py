@@ -102,8 +102,10 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=1, help="repeats of every point (default 1)")
     p.add_argument("--out", help="results folder")
     p.add_argument("--storage", default="local",
-                   help="local (default) or pfs:PROFILE: read through an emulated parallel file "
-                        "system (lmdbio.pfs; profiles local, gpfs-2017, lustre) mounted for the sweep")
+                   help="local (default); pfs:PROFILE: read through an emulated parallel file "
+                        "system (lmdbio.pfs; profiles local, gpfs-2017, lustre) mounted for the "
+                        "sweep; throttle:PROFILE: through throttled loop devices, one per virtual "
+                        "node (lmdbio.storage; profiles gpfs-2017, lustre; root)")
     p.add_argument("--ranks-per-node", type=int, default=None,
                    help="virtual nodes of K consecutive ranks (default: real nodes)")
     p.add_argument("--readers-per-node", type=int, default=1, help="readers per node (default 1)")
@@ -136,10 +138,12 @@ def point_main(argv: list[str]) -> int:
     try:
         cfg = json.loads(Path(cfg_file).read_text())
         pt = cfg["point"]
+        storage = Storage.from_point(pt)
+        storage.enter_node(comm)   # a throttled device: this rank joins its node's cgroup
         rows = run_point(comm, pt["dataset"], pt["variant"], pt["batch_size"], pt["iters"],
                          pt["cache"], pt["compute_time"], pt["model_bytes"], pt["ranks_per_node"],
                          pt["readers_per_node"], pt["warmup"], repeat=cfg["repeat"],
-                         measure=cfg.get("measure", True), storage=Storage.from_point(pt))
+                         measure=cfg.get("measure", True), storage=storage)
     except BaseException:
         # One rank's failure must end the job, not leave the others in a collective.
         sys.stderr.write(f"rank {comm.rank}: " + traceback.format_exc())

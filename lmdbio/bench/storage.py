@@ -1,11 +1,15 @@
-"""Where a point's dataset lives: the local file system, or an emulated PFS mounted for the sweep.
+"""Where a point's dataset lives: the local file system, an emulated PFS, or a throttled device.
 
 ``--storage local`` (default) reads the dataset where it is. ``--storage
 pfs:PROFILE`` serves the dataset's parent folder through :mod:`lmdbio.pfs`
 (one FUSE mount for the sweep, ``K`` node views); each rank reads through
 its node's view (``MNT/node{node}/<dataset>``), cache preparation warms or
 evicts each node's view, and the storage model's counters are added to the
-point's rows.
+point's rows. ``--storage throttle:PROFILE`` puts the dataset folders on
+an ext4 image with one throttled read-only loop device per virtual node
+(:mod:`lmdbio.storage`); each rank joins its node's cgroup at start-up and
+reads ``MNT/node{node}/<dataset>``, and the ``pfs_requests`` / ``pfs_bytes``
+columns count the loop devices' completed block-layer reads.
 """
 
 from __future__ import annotations
@@ -21,14 +25,16 @@ PFS_COLUMNS = ("pfs_requests", "pfs_bytes", "pfs_mean_request_bytes", "pfs_queue
 
 
 def parse_storage(text: str | None) -> tuple[str, str | None]:
-    """``"local"`` -> ("local", None); ``"pfs:gpfs-2017"`` -> ("pfs", "gpfs-2017")."""
+    """``"local"`` -> ("local", None); ``"pfs:gpfs-2017"`` -> ("pfs", "gpfs-2017");
+    ``"throttle:gpfs-2017"`` -> ("throttle", "gpfs-2017")."""
     text = (text or "local").strip()
     if text == "local":
         return "local", None
     kind, _, profile = text.partition(":")
-    if kind != "pfs" or not profile:
-        raise ValueError(f"--storage takes 'local' or 'pfs:PROFILE' (e.g. pfs:gpfs-2017), got {text!r}")
-    return "pfs", profile
+    if kind not in ("pfs", "throttle") or not profile:
+        raise ValueError(f"--storage takes 'local', 'pfs:PROFILE' (e.g. pfs:gpfs-2017) or "
+                         f"'throttle:PROFILE' (e.g. throttle:gpfs-2017), got {text!r}")
+    return kind, profile
 
 
 @dataclass(frozen=True)
@@ -36,25 +42,45 @@ class Storage:
     """How the ranks of a point reach the dataset.
 
     Attributes:
-        spec: ``"local"`` or ``"pfs:PROFILE"`` (the point's ``storage`` column).
-        mount: the PFS mount point (None for local).
+        spec: ``"local"``, ``"pfs:PROFILE"`` or ``"throttle:PROFILE"`` (the ``storage`` column).
+        mount: the PFS or throttled device's mount point (None for local).
         relpath: the dataset's path under each node view.
         ranks_per_node: ranks per (virtual) node; None: real nodes.
+        throttle_state: the throttled device's state file (devices, cgroups); None otherwise.
     """
 
     spec: str = "local"
     mount: str | None = None
     relpath: str | None = None
     ranks_per_node: int | None = None
+    throttle_state: str | None = None
 
     @classmethod
     def from_point(cls, point: dict) -> "Storage":
         return cls(point.get("storage") or "local", point.get("pfs_mount"),
-                   point.get("pfs_relpath"), point.get("ranks_per_node") or None)
+                   point.get("pfs_relpath"), point.get("ranks_per_node") or None,
+                   point.get("throttle_state"))
 
     @property
     def is_pfs(self) -> bool:
+        """Reads go through node views (an emulated PFS or a throttled device)."""
         return self.mount is not None
+
+    @property
+    def is_throttle(self) -> bool:
+        return self.throttle_state is not None
+
+    def _devices(self) -> list[str]:
+        import json
+
+        return json.loads(Path(self.throttle_state).read_text())["devices"]
+
+    def enter_node(self, comm) -> None:
+        """On a throttled device: put this rank in its node's cgroup (its reads are then throttled)."""
+        if self.is_throttle:
+            from ..storage import join_node
+
+            join_node(self.node_of(comm.rank), self.throttle_state)
 
     def reader_path(self, dataset) -> str:
         """The path the Reader opens (``{node}`` is filled in per rank by the Reader)."""
@@ -89,6 +115,15 @@ class Storage:
         """The eviction function for this rank's node (None: :func:`lmdbio.metrics.evict`)."""
         if not self.is_pfs:
             return None
+        if self.is_throttle:
+            device = self._devices()[self.node_of(comm.rank)]
+
+            def evict_throttled(path):
+                from ..storage import evict_file
+
+                evict_file(path, device)   # this node's file, and its device's buffer cache
+            return evict_throttled
+
         def evict(path):
             from .. import pfs
 
@@ -99,6 +134,12 @@ class Storage:
         """The storage model's counters now (``pfs_*`` columns); {} on local storage."""
         if not self.is_pfs:
             return {}
+        if self.is_throttle:
+            from ..storage import device_counters
+
+            c = [device_counters(d) for d in self._devices()]
+            return {"pfs_requests": float(sum(x["read_ios"] for x in c)),
+                    "pfs_bytes": float(sum(x["read_bytes"] for x in c))}
         from .. import pfs
 
         return pfs_counters(pfs.stats(self.mount))

@@ -105,12 +105,16 @@ def _mounted(points: Sequence[dict]):
     Yields ``{dataset: mount}``; every point then carries its mount and path.
     """
     kinds = {parse_storage(p.get("storage")) for p in points}
-    pfs = [k for k in kinds if k[0] == "pfs"]
+    pfs = [k for k in kinds if k[0] in ("pfs", "throttle")]
     if not pfs:
         yield {}
         return
     if len(kinds) > 1:
-        raise ValueError("one storage per sweep: run local and pfs sweeps separately")
+        raise ValueError("one storage per sweep: run local, pfs and throttle sweeps separately")
+    if pfs[0][0] == "throttle":
+        with _throttled(points, pfs[0][1]) as mounts:
+            yield mounts
+        return
     profile = pfs[0][1]
     from .. import pfs as pfs_mod
     from ..format import db_file
@@ -130,6 +134,30 @@ def _mounted(points: Sequence[dict]):
             p["pfs_mount"] = m.mnt
             p["pfs_relpath"] = rel
         yield mounts
+
+
+@contextlib.contextmanager
+def _throttled(points: Sequence[dict], profile: str):
+    """Put the points' dataset folders on throttled loop devices, one per virtual node.
+
+    Yields ``{dataset: (device, folder name)}``; every point then carries the
+    mount, its path and the state file its ranks join their node's cgroup by.
+    """
+    from ..format import db_file
+    from ..storage import throttled
+
+    rpn = {p.get("ranks_per_node") for p in points}
+    if None in rpn or len(rpn) != 1:
+        raise ValueError("--storage throttle:PROFILE needs one --ranks-per-node for the sweep: it "
+                         "sets the virtual nodes and each node's share of the profile's budget")
+    folders = {ds: db_file(ds).parent for ds in dict.fromkeys(p["dataset"] for p in points)}
+    with throttled(list(dict.fromkeys(folders.values())), nodes=_pfs_nodes(points),
+                   profile=profile, ranks_per_node=rpn.pop()) as t:
+        for p in points:
+            p["pfs_mount"] = t.mnt
+            p["pfs_relpath"] = folders[p["dataset"]].name
+            p["throttle_state"] = t.state_file
+        yield {ds: (t, f.name) for ds, f in folders.items()}
 
 
 def run_sweep(points: Sequence[dict], out_dir, *, repeats: int = 1, timeout: float = 600,
@@ -158,7 +186,8 @@ def run_sweep(points: Sequence[dict], out_dir, *, repeats: int = 1, timeout: flo
         tmp = Path(tmp)
         if mounts:   # the storage model the sweep ran on, with its sources, in meta.json
             st = next(iter(mounts.values()))[0].stats()
-            config["pfs"] = {"profile": st.get("profile"), "kernel": st.get("kernel"),
+            config["pfs"] = {"kind": st.get("kind", "pfs"), "profile": st.get("profile"),
+                             "kernel": st.get("kernel"),
                              "nodes": st.get("nodes"), "mounts": sorted({m.mnt for m, _ in mounts.values()})}
         bar = tqdm(total=total, unit="pt", disable=not progress, dynamic_ncols=True)
         try:

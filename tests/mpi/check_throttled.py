@@ -1,0 +1,54 @@
+"""Under mpiexec, inside ``with lmdbio.storage.throttled(...)``: each rank joins its node's cgroup
+and a Reader over the node views delivers the source's records.
+
+usage: check_throttled.py TEMPLATE SOURCE_DB RANKS_PER_NODE VARIANT[,VARIANT...]
+TEMPLATE is ``MNT/node{node}/<dataset>``. Exit status 1 on any mismatch, or when a
+rank is not in its own node's cgroup.
+"""
+
+import sys
+from pathlib import Path
+
+import lmdb
+import numpy as np
+from mpi4py import MPI
+
+import lmdbio
+from lmdbio.storage import join_node
+
+template, source, rpn, variants = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+comm = MPI.COMM_WORLD
+node = comm.rank // rpn
+cgroup = join_node(node)
+mine = [line for line in Path("/proc/self/cgroup").read_text().splitlines()
+        if ":blkio:" in line or line.startswith("0::")]
+failures = []
+if not any(line.endswith("/" + Path(cgroup).parent.name + f"/node{node}") for line in mine):
+    failures.append(f"rank {comm.rank} is in {mine}, not {cgroup}")
+
+env = lmdb.open(source, readonly=True, lock=False)
+with env.begin() as txn:
+    expected = [bytes(v) for _, v in txn.cursor()]
+env.close()
+n, per_rank = len(expected), 8
+B = per_rank * comm.size
+checked = 0
+for variant in variants.split(","):
+    with lmdbio.Reader(template, B, comm, variant=variant, ranks_per_node=rpn,
+                       build_provenance=False) as r:
+        for t in range(-(-n // B) + 2):
+            b = r.read_batch()
+            want = (t * B + comm.rank * per_rank + np.arange(per_rank)) % n
+            if not np.array_equal(b.indices, want) or \
+                    any(bytes(b[i]) != expected[want[i]] for i in range(len(b))):
+                failures.append(f"{variant} batch {t}: records differ from the source")
+                break
+            checked += len(b)
+all_failures = comm.gather(failures, root=0)
+total = comm.reduce(checked, root=0)
+if comm.rank == 0:
+    flat = [f for fs in all_failures for f in fs]
+    print(f"checked {total} records; {len(flat)} failures")
+    for f in flat:
+        print(f)
+    sys.exit(1 if flat else 0)
