@@ -171,7 +171,7 @@ class CursorWalker:
         self.path = path
         self._lmdb_error = lmdb.Error
         self.txn = self.cursor = None
-        self._fd = -1
+        self.fd = -1   # data.mdb: the size check, DM's read-ahead advice
         try:
             self.txn = env.begin(buffers=True)
             self.cursor = self.txn.cursor()
@@ -180,7 +180,7 @@ class CursorWalker:
             self.close()
             raise lmdb_error(exc, self.path, "opening a cursor") from exc
         try:
-            self._fd = os.open(self.path, os.O_RDONLY)
+            self.fd = os.open(self.path, os.O_RDONLY)
             self.need = self._snapshot_bytes()
         except BaseException:
             self.close()
@@ -196,11 +196,11 @@ class CursorWalker:
         from . import format as fmt
 
         tid = self.txn.id()
-        metas = [m for m in fmt.meta_candidates(self._fd, name=str(self.path)) if m.txnid == tid]
+        metas = [m for m in fmt.meta_candidates(self.fd, name=str(self.path)) if m.txnid == tid]
         if metas:
             return (metas[0].last_pgno + 1) * metas[0].psize
         # A writer committed twice since begin(): the newest meta's pages include ours.
-        m = fmt.read_meta(self._fd, name=str(self.path))
+        m = fmt.read_meta(self.fd, name=str(self.path))
         return (m.last_pgno + 1) * m.psize
 
     def check_size(self) -> None:
@@ -212,7 +212,7 @@ class CursorWalker:
         no user-space check can close); it needs someone truncating a live
         database, which LMDB itself never does.
         """
-        size = os.fstat(self._fd).st_size
+        size = os.fstat(self.fd).st_size
         if size < self.need:
             raise LmdbFormatError(
                 f"{self.path}: the file shrank to {size} bytes while being read; this reader's "
@@ -297,9 +297,9 @@ class CursorWalker:
         if self.txn is not None:
             self.txn.abort()
             self.txn = None
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class Stagger:

@@ -458,7 +458,6 @@ class Reader:
             self._open_env()
             self._walker = CursorWalker(self._env, self.n)
             if o.speculative:
-                self._fd = os.open(self.path, os.O_RDONLY)
                 m = self.meta
                 self._map_addr = self._env.info()["map_addr"] or self._walker.map_base(
                     m.psize, m.header_size)
@@ -667,7 +666,7 @@ class Reader:
                 lo, hi = b0 + (b0 - a0), b1 + (b1 - a1)
                 lo, hi = max(0, lo), min(self.meta.file_size, hi)
                 if hi > lo:
-                    os.posix_fadvise(self._fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
+                    os.posix_fadvise(self._walker.fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
                     self._pred = (lo, hi)
                     row["bytes"] = hi - lo
                     row["pages"] = -(-hi // self.meta.psize) - lo // self.meta.psize

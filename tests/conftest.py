@@ -31,6 +31,14 @@ def run_mpi(script: str | Path, n: int, *args, timeout: float = 240, env: dict |
     return proc
 
 
+def run_bounded(script, n, *args, env=None, timeout=60):
+    """run_mpi without the exit-status check; a job that outlives ``timeout`` fails the test."""
+    try:
+        return run_mpi(script, n, *args, env=env, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{script} {args} did not end within {timeout} s (a rank hangs)")
+
+
 @pytest.fixture(scope="session")
 def datasets(tmp_path_factory) -> dict[str, Path]:
     """Small databases of every shape the readers must handle (made once per session)."""

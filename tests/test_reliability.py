@@ -16,21 +16,13 @@ from pathlib import Path
 import pytest
 
 import lmdbio
-from conftest import run_mpi
+from conftest import run_bounded
 
 pytestmark = pytest.mark.mpi
 
 # Small bounds so lost peers show up quickly; the defaults are 120 s and 10 s.
 FAST = {"LMDBIO_TIMEOUT": "2", "LMDBIO_EXIT_TIMEOUT": "1"}
 SEVEN = ",".join(lmdbio.VARIANTS)
-
-
-def run_bounded(script, n, *args, env=None, timeout=60):
-    """run_mpi without the exit-status check; a job that outlives ``timeout`` fails the test."""
-    try:
-        return run_mpi(script, n, *args, env=env, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{script} {args} did not end within {timeout} s (a rank hangs)")
 
 
 def run_peers(tmp_path, script, n, *args, env=None, timeout=60):

@@ -7,23 +7,14 @@ fails the test instead of stopping pytest.
 
 from __future__ import annotations
 
-import os
-import subprocess
 
 import pytest
 
-from conftest import run_mpi
+from conftest import run_bounded
 
 pytestmark = pytest.mark.mpi
 
 FAST = {"LMDBIO_TIMEOUT": "3", "LMDBIO_EXIT_TIMEOUT": "1"}
-
-
-def run_bounded(script, n, *args, env=None, timeout=90):
-    try:
-        return run_mpi(script, n, *args, env=env, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{script} {args} did not end within {timeout} s (a rank hangs)")
 
 
 # ---------------------------------------------------------------- F2: symbolic links
