@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = ["engine_info", "check_shared_memory", "ensure_dataset", "ensure_datasets", "page_types",
            "describe_dataset", "describe_datasets", "sweep", "reader_timeline", "sweep_timelines",
-           "prov_model_table", "pfs_unavailable", "emulated_pfs", "settings_results", "model_series"]
+           "prov_model_table", "pfs_unavailable", "emulated_pfs", "throttle_unavailable",
+           "throttled_device", "setting_table", "settings_results", "model_series"]
 
 
 # --- engine-side checks (notebook 00) -----------------------------------------------------------
@@ -212,8 +213,26 @@ def _run_points(comm, points: list[dict]) -> list[dict]:
 
     rows: list[dict] = []
     for p in points:
-        rows.extend(run_point(comm, **p))
+        with _in_node(comm, p.get("storage")):
+            rows.extend(run_point(comm, **p))
     return rows
+
+
+@contextlib.contextmanager
+def _in_node(comm, storage):
+    """On a throttled device, this engine reads from its node's cgroup for the point, then leaves.
+
+    Engines outlive the point, so they must not stay in a node's cgroup (its
+    throttle would follow them, and the cgroup could not be removed).
+    """
+    if storage is None or not storage.is_throttle:
+        yield
+        return
+    storage.enter_node(comm)
+    try:
+        yield
+    finally:
+        storage.leave_node()
 
 
 def _by_nprocs(cluster: "MPICluster", func, points: list[dict], progress: bool) -> list[dict]:
@@ -398,6 +417,81 @@ def emulated_pfs(datasets_root: str | os.PathLike, points: list[dict], profile: 
             rel = str(Path(q["dataset"]).resolve().relative_to(root))
             q["storage"] = Storage(f"pfs:{profile}", m.mnt, rel, q.get("ranks_per_node"))
         yield pts
+
+
+def throttle_unavailable(cfg: dict | None = None) -> str | None:
+    """Why throttled loop devices cannot be used here (one sentence), or None when they can.
+
+    With ``cfg`` (a notebook's settings), an empty ``throttle_procs`` is a reason too.
+    """
+    if cfg is not None and not cfg.get("throttle_procs"):
+        return f"the {cfg.get('scale', '?')} scale runs no throttled points here (throttle_procs is empty)"
+    from .storage import throttle_available
+
+    ok, why = throttle_available()
+    return None if ok else why
+
+
+@contextlib.contextmanager
+def throttled_device(datasets_root: str | os.PathLike, points: list[dict], profile: str = "gpfs-2017",
+                     ranks_per_node: int | None = None):
+    """Put the points' datasets on throttled loop devices; yield the points rewritten to read there.
+
+    The throttled twin of :func:`emulated_pfs`: one read-only loop device,
+    mount and blkio cgroup per virtual node of ``ranks_per_node`` ranks
+    (:func:`lmdbio.storage.throttled`), each node's budget a share of the
+    profile's client; each rank joins its node's cgroup for the point. Only
+    the datasets the points read go on the image. Everything is gone after
+    the block.
+    """
+    from .bench.storage import Storage
+    from .storage import throttled
+
+    pts = []
+    for p in points:
+        q = dict(p)
+        if not q.get("ranks_per_node"):
+            q["ranks_per_node"] = ranks_per_node
+        pts.append(q)
+    rpn = {q["ranks_per_node"] for q in pts}
+    if len(rpn) != 1 or None in rpn:
+        raise ValueError(f"throttled points need one ranks_per_node (it sets each node's share), got {rpn}")
+    rpn = rpn.pop()
+    nodes = max(math.ceil(q["nprocs"] / rpn) for q in pts)
+    dirs = sorted({str(Path(q["dataset"]).resolve()) for q in pts})
+    with throttled(dirs, nodes=nodes, profile=profile, ranks_per_node=rpn) as t:
+        for q in pts:
+            q["storage"] = Storage(f"throttle:{profile}", t.mnt, Path(q["dataset"]).resolve().name,
+                                   rpn, t.state_file)
+        yield pts
+
+
+def setting_table(folder: str | os.PathLike):
+    """One setting's throughput per variant and P: median, min and max over the repeats.
+
+    Reads ``summary.csv`` (a sweep) or ``rows.csv`` (timelines: records over
+    the point's wall time, per coalescing and stagger size).
+    """
+    import pandas as pd
+
+    folder = Path(folder)
+    if (folder / "summary.csv").exists():
+        df = pd.read_csv(folder / "summary.csv")
+        df = df[df["status"] == "ok"] if "status" in df else df
+        keys = ["variant", "nprocs"]
+    else:
+        rows = pd.read_csv(folder / "rows.csv")
+        keys = [k for k in ("variant", "nprocs", "coalesce_bytes", "stagger_size") if k in rows]
+        point = keys + [k for k in ("cache", "repeat") if k in rows]
+        df = rows.groupby(point, dropna=False).agg(records=("records", "first"),
+                                                    wall=("wall_s_total", "max")).reset_index()
+        df["records_per_s"] = df["records"] / df["wall"]
+    cols = {"records_per_s": ["median", "min", "max", "size"]}
+    if "speedup_vs_lmdb" in df:
+        cols["speedup_vs_lmdb"] = ["median", "min", "max"]
+    table = df.groupby(keys, dropna=False).agg(cols)
+    table.columns = [f"{a}_{b}" if b != "size" else "repeats" for a, b in table.columns]
+    return table
 
 
 def settings_results(results: str | os.PathLike, name: str, *, ran: bool) -> Path:

@@ -41,6 +41,9 @@ SCALES: dict[str, dict] = {
         # measured through the emulated GPFS (lmdbio.pfs), cold cache only
         "pfs_profile": "gpfs-2017", "pfs_procs": [1, 2], "pfs_iters": 3, "pfs_repeats": 1,
         "pfs_ranks_per_node": 1,
+        # measured through throttled loop devices (lmdbio.storage; root only), cold, with the
+        # pfs_* iterations, repeats and ranks per node; [] = replot the committed results
+        "throttle_profile": "gpfs-2017", "throttle_procs": [],
         # the papers' scale, from the calibrated model (lmdbio.model)
         "model_platform": "bebop", "model_procs": [1, 36, 288], "model_budget": 300,
         "calibration_records": 1000,
@@ -51,6 +54,7 @@ SCALES: dict[str, dict] = {
         "batch": {"cifar10": 256, "imagenet": 32},   # Caffe's CIFAR-10 batch; ImageNet scaled to the data
         "pfs_profile": "gpfs-2017", "pfs_procs": [1, 4, 8], "pfs_iters": 16, "pfs_repeats": 2,
         "pfs_ranks_per_node": 4,
+        "throttle_profile": "gpfs-2017", "throttle_procs": [1, 4, 8],
         "model_platform": "bebop", "model_procs": _POWERS, "model_budget": 20000,
         "calibration_records": 4000,
     },
@@ -60,6 +64,7 @@ SCALES: dict[str, dict] = {
         "batch": {"cifar10": 576, "imagenet": 144},   # divisible by 36 and 72 ranks
         "pfs_profile": "gpfs-2017", "pfs_procs": [1, 8, 36, 72], "pfs_iters": 32, "pfs_repeats": 3,
         "pfs_ranks_per_node": 36,
+        "throttle_profile": "gpfs-2017", "throttle_procs": [1, 8, 36, 72],
         "model_platform": "bebop", "model_procs": _POWERS, "model_budget": 100000,
         "calibration_records": 4000,
     },
@@ -72,6 +77,9 @@ KEYS = tuple(SCALES["default"])
 NOTEBOOK_SCALES: dict[str, dict[str, dict]] = {
     "00_environment": {"tiny": {"n_engines": 2}, "default": {"n_engines": 4},
                        "large": {"n_engines": 72}},
+    # the tiny scale (the notebook tests) runs the throttled device in one notebook only
+    "03_lmm": {"tiny": {"throttle_procs": [1, 2]}, "default": {"throttle_procs": [1, 4, 8]},
+               "large": {"throttle_procs": [1, 8, 36, 72]}},
     "07_coal": {
         "tiny": {"iters": 8, "pfs_iters": 8, "pfs_repeats": 1, "coalesce_sizes": [1 << 16, 1 << 18]},
         "default": {"iters": 48, "pfs_iters": 48, "pfs_repeats": 1,

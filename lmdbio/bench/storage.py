@@ -82,6 +82,13 @@ class Storage:
 
             join_node(self.node_of(comm.rank), self.throttle_state)
 
+    def leave_node(self) -> None:
+        """On a throttled device: this process back to the root cgroup (see :meth:`enter_node`)."""
+        if self.is_throttle:
+            from ..storage import leave_node
+
+            leave_node(self.throttle_state)
+
     def reader_path(self, dataset) -> str:
         """The path the Reader opens (``{node}`` is filled in per rank by the Reader)."""
         if not self.is_pfs:

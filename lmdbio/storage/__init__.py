@@ -7,9 +7,9 @@ measurement (the papers' problem 1) from :mod:`lmdbio.storage.faulters`.
 
 from .throttle import (STATE_ENV, THROTTLE_PROFILES, TIME_SCALE_ENV, ThrottleProfile, Throttled,
                        ThrottleUnavailable, cleanup, device_counters, evict_file, flush_device,
-                       join_node, load_throttle_profile, throttle_available, throttled)
+                       join_node, leave_node, load_throttle_profile, throttle_available, throttled)
 
 __all__ = ["throttled", "throttle_available", "Throttled", "ThrottleUnavailable",
-           "ThrottleProfile", "THROTTLE_PROFILES", "load_throttle_profile", "join_node",
+           "ThrottleProfile", "THROTTLE_PROFILES", "load_throttle_profile", "join_node", "leave_node",
            "evict_file", "flush_device", "device_counters", "cleanup", "STATE_ENV",
            "TIME_SCALE_ENV"]

@@ -41,7 +41,7 @@ from ..errors import ConfigurationError, LmdbioError
 
 __all__ = ["ThrottleUnavailable", "ThrottleProfile", "THROTTLE_PROFILES", "load_throttle_profile",
            "throttle_available", "throttled", "Throttled", "join_node", "evict_file", "flush_device",
-           "device_counters", "cleanup", "STATE_ENV", "TIME_SCALE_ENV"]
+           "device_counters", "leave_node", "cleanup", "STATE_ENV", "TIME_SCALE_ENV"]
 
 #: Set inside ``with throttled(...)``: the state file that :func:`join_node` reads.
 STATE_ENV = "LMDBIO_THROTTLE_STATE"
@@ -342,6 +342,15 @@ def join_node(node: int, state: str | os.PathLike | None = None, pid: int | None
     return cgs[int(node)]
 
 
+def leave_node(state: str | os.PathLike | None = None, pid: int | None = None) -> None:
+    """Move ``pid`` (default: this process) out of its node's cgroup, back to the controller's root."""
+    path = state or os.environ.get(STATE_ENV)
+    st = _read_state(path) if path else None
+    if not st:
+        raise LmdbioError(f"no throttled device to leave: its state file ({path}) is gone")
+    _write(os.path.join(st["cgroups"]["root"], "cgroup.procs"), str(pid or os.getpid()))
+
+
 def cleanup(state, timeout: float = 10.0) -> list[str]:
     """Unmount, detach and remove everything a state file records; idempotent. Returns problems.
 
@@ -457,7 +466,7 @@ class Throttled:
 
     def leave(self, pid: int | None = None) -> None:
         """Move ``pid`` (default: this process) back to the controller's root cgroup."""
-        _write(os.path.join(self._state["cgroups"]["root"], "cgroup.procs"), str(pid or os.getpid()))
+        leave_node(self.state_file, pid)
 
     def evict(self, node: int | None = None, relpath: str = "") -> int:
         """Make node ``node`` (every node if None) cold for ``relpath`` (file or folder); file count."""
