@@ -109,6 +109,15 @@ bench-throttle: venv
 bench-faulters: venv
 	$(BIN)/python -m lmdbio.storage faulters --out data/results/throttled
 
+# Issue 19: DM's speculative reads on and off (emulated GPFS, about 4 min) and the
+# time-dilated emulated GPFS at P = 4, 16, 64 (k = 1, 4, 16; about 90 min on 2 cores).
+.PHONY: bench-dm bench-dilated
+bench-dm: venv datasets
+	$(BIN)/python benchmarks/bench_dm_speculation.py --procs 4 --batches 100 --repeats 3
+
+bench-dilated: venv datasets
+	benchmarks/run_dilated_sweep.sh
+
 test-slurm: venv
 	$(BIN)/python -m pytest -m slurm tests
 
