@@ -243,6 +243,9 @@ def _by_nprocs(cluster: "MPICluster", func, points: list[dict], progress: bool) 
         by_p.setdefault(int(q.pop("nprocs")), []).append(q)
     rows: list[dict] = []
     for nprocs, pts in by_p.items():
+        # Repeats interleaved: every variant's repeat r runs before any repeat r + 1, so a
+        # slow spell of the machine hits all variants alike instead of one variant's repeats.
+        pts.sort(key=lambda q: q.get("repeat", 0))
         t0 = time.monotonic()
         rows.extend(cluster.run_root(func, nprocs, pts))
         if progress:

@@ -52,7 +52,7 @@ SCALES: dict[str, dict] = {
         "n_engines": 8, "procs": [1, 2, 4, 8], "iters": 32, "repeats": 3,
         "datasets": {"cifar10": ("cifar10", 60000), "imagenet": ("imagenet", 2000)},
         "batch": {"cifar10": 256, "imagenet": 32},   # Caffe's CIFAR-10 batch; ImageNet scaled to the data
-        "pfs_profile": "gpfs-2017", "pfs_procs": [1, 4, 8], "pfs_iters": 16, "pfs_repeats": 2,
+        "pfs_profile": "gpfs-2017", "pfs_procs": [1, 4, 8], "pfs_iters": 16, "pfs_repeats": 3,
         "pfs_ranks_per_node": 4,
         "throttle_profile": "gpfs-2017", "throttle_procs": [1, 4, 8],
         "model_platform": "bebop", "model_procs": _POWERS, "model_budget": 20000,
@@ -82,14 +82,14 @@ NOTEBOOK_SCALES: dict[str, dict[str, dict]] = {
                "large": {"throttle_procs": [1, 8, 36, 72]}},
     "07_coal": {
         "tiny": {"iters": 8, "pfs_iters": 8, "pfs_repeats": 1, "coalesce_sizes": [1 << 16, 1 << 18]},
-        "default": {"iters": 48, "pfs_iters": 48, "pfs_repeats": 1,
+        "default": {"iters": 48, "pfs_iters": 48, "pfs_repeats": 3,
                     "coalesce_sizes": [1 << 18, 1 << 20, 1 << 22, 1 << 24]},
         "large": {"iters": 128, "pfs_iters": 128, "pfs_repeats": 1,
                   "coalesce_sizes": [1 << 20, 1 << 22, 1 << 24, 1 << 26]},
     },
     "08_stag": {
         "tiny": {"iters": 4, "pfs_iters": 4, "pfs_repeats": 1, "stagger_size": 1},
-        "default": {"iters": 24, "pfs_iters": 24, "pfs_repeats": 1, "stagger_size": 2},
+        "default": {"iters": 24, "pfs_iters": 24, "pfs_repeats": 3, "stagger_size": 2},
         "large": {"iters": 32, "pfs_iters": 32, "pfs_repeats": 1, "stagger_size": 8},
     },
 }
