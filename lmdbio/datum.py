@@ -8,6 +8,7 @@ channels 1, height 2, width 3, data 4, label 5, float_data 6, encoded 7.
 from __future__ import annotations
 
 import io
+import threading
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -291,7 +292,8 @@ def _gather(buf: np.ndarray, starts: np.ndarray, rows: np.ndarray | None, out: n
 
 def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
                    shape: tuple[int, int, int] | None = None,
-                   out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   out: np.ndarray | None = None,
+                   threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Decode records ``buffer[offsets[i]:offsets[i] + sizes[i]]`` as Caffe Datums, batch at once.
 
     Raw Datums laid out like the first record (the same header bytes, so the
@@ -306,6 +308,8 @@ def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
         offsets, sizes: where each record lies in ``buffer``.
         shape: ``(c, h, w)`` of every image; taken from the first record if None.
         out: optional preallocated ``(n, c, h, w)`` uint8 array to fill.
+        threads: threads decoding the records protobuf takes (encoded JPEG/PNG
+            ones: Pillow releases the GIL); 1 decodes them in the caller.
     Returns:
         ``(images (n, c, h, w) uint8, labels int64)``.
     """
@@ -316,6 +320,8 @@ def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
     n = len(offsets)
     if len(sizes) != n:
         raise ValueError(f"{n} offsets but {len(sizes)} sizes; give one size per record")
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
     if out is not None and (out.ndim != 4 or out.shape[0] != n or out.dtype != np.uint8):
         raise ValueError(f"out is a {out.dtype} array of shape {out.shape}; it must be uint8 "
                          f"(n, c, h, w) with n = {n} records")
@@ -342,26 +348,59 @@ def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
     fast = np.flatnonzero(ok)
     if len(fast):
         _gather(buf, offsets[fast] + tpl[0], fast, out)
-    d = Datum()
-    for i in np.flatnonzero(~ok).tolist():  # the records unlike the first: protobuf
-        d.Clear()
-        o = int(offsets[i])
-        try:
-            d.ParseFromString(buf[o:o + int(sizes[i])].tobytes())
-        except Exception as exc:
-            raise LmdbioError(f"record {i} of the batch is not a Caffe Datum ({exc})") from None
-        img = decode_image(d)
-        if img.shape != out.shape[1:]:
-            raise LmdbioError(
-                f"record {i} has image shape {img.shape}, expected {out.shape[1:]}; "
-                "images of different sizes cannot share one array")
-        out[i] = img
-        labels[i] = d.label
+    slow = np.flatnonzero(~ok).tolist()
+    if threads > 1 and len(slow) > 1:
+        # Pillow releases the GIL while it decodes, so encoded records decode in parallel.
+        errors = [e for e in _pool(threads).map(
+            lambda i: _decode_one(buf, offsets, sizes, i, out, labels), slow) if e is not None]
+        if errors:
+            raise errors[0]
+    else:
+        for i in slow:
+            err = _decode_one(buf, offsets, sizes, i, out, labels)
+            if err is not None:
+                raise err
     return out, labels
 
 
+_POOLS: dict = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool(threads: int):
+    """One shared thread pool per size, made on first use (its threads live with the process)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _POOLS_LOCK:
+        if threads not in _POOLS:
+            _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="lmdbio-decode")
+        return _POOLS[threads]
+
+
+def _decode_one(buf, offsets, sizes, i: int, out: np.ndarray, labels: np.ndarray):
+    """Decode record ``i`` with protobuf (and Pillow) into ``out[i]``; the error, or None."""
+    d = Datum()
+    o = int(offsets[i])
+    try:
+        d.ParseFromString(buf[o:o + int(sizes[i])].tobytes())
+    except Exception as exc:
+        return LmdbioError(f"record {i} of the batch is not a Caffe Datum ({exc})")
+    try:
+        img = decode_image(d)
+    except LmdbioError as exc:
+        return LmdbioError(f"record {i}: {exc}")
+    except Exception as exc:  # Pillow's errors on a damaged JPEG/PNG
+        return LmdbioError(f"record {i} holds an encoded image Pillow cannot decode ({exc})")
+    if img.shape != out.shape[1:]:
+        return LmdbioError(f"record {i} has image shape {img.shape}, expected {out.shape[1:]}; "
+                           "images of different sizes cannot share one array")
+    out[i] = img
+    labels[i] = d.label
+    return None
+
+
 def decode_many(values, shape: tuple[int, int, int] | None = None,
-                out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                out: np.ndarray | None = None, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Decode many Datums into one ``(n, c, h, w)`` uint8 array plus int64 labels.
 
     Args:
@@ -369,13 +408,15 @@ def decode_many(values, shape: tuple[int, int, int] | None = None,
             decoded in place, or serialized Datums (bytes-like), joined first.
         shape: ``(c, h, w)`` of every image; taken from the first record if None.
         out: optional preallocated ``(n, c, h, w)`` uint8 array to fill.
+        threads: threads for encoded records (see :func:`decode_records`).
     Returns:
         ``(images, labels)``; see :func:`decode_records`.
     """
     if all(hasattr(values, a) for a in ("buffer", "offsets", "sizes")):
-        return decode_records(values.buffer, values.offsets, values.sizes, shape=shape, out=out)
+        return decode_records(values.buffer, values.offsets, values.sizes, shape=shape, out=out,
+                              threads=threads)
     values = [v if isinstance(v, (bytes, bytearray)) else memoryview(v).cast("B") for v in values]
     sizes = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
     offsets = np.zeros(len(values), dtype=np.int64)
     np.cumsum(sizes[:-1], out=offsets[1:])
-    return decode_records(b"".join(values), offsets, sizes, shape=shape, out=out)
+    return decode_records(b"".join(values), offsets, sizes, shape=shape, out=out, threads=threads)

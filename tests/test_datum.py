@@ -213,3 +213,25 @@ def test_out_that_is_not_contiguous_is_filled():
     out = np.zeros((4, 3, 4, 10), np.uint8)[..., ::2]
     got, _ = datum.decode_many(blobs, out=out)
     assert got is out and np.array_equal(out, _images(4))
+
+
+@pytest.mark.parametrize("threads", [2, 4])
+def test_encoded_records_decode_in_threads_as_in_one(datasets, threads):
+    import lmdbio
+
+    with lmdbio.Reader(datasets["jpeg"], batch_size=12, variant="auto") as r:
+        b = r.read_batch()
+        one = datum.decode_many(b)
+        many = datum.decode_many(b, threads=threads)
+        assert np.array_equal(one[0], many[0]) and np.array_equal(one[1], many[1])
+        _check_equal(b)
+
+
+def test_threaded_errors_name_the_first_bad_record():
+    img = _images(1, (3, 8, 8))[0]
+    png = datum.encode(encoded_bytes=datum.encode_image_bytes(img, "PNG"), label=1)
+    broken = datum.encode(encoded_bytes=b"\x89PNG not really", label=2)
+    with pytest.raises(LmdbioError, match="record 2 holds an encoded image Pillow cannot decode"):
+        datum.decode_many([png, png, broken, png, broken], threads=3)
+    with pytest.raises(ValueError, match="threads must be a positive integer"):
+        datum.decode_many([png], threads=0)

@@ -67,16 +67,14 @@ def check_format(path) -> Path:
 
 def _is_encoded(path: Path) -> bool:
     """Whether the first record is an encoded (JPEG/PNG) Datum."""
-    import lmdb
+    from .. import datum, lmdbenv
 
-    from .. import datum
-
-    env = lmdb.open(str(path), readonly=True, lock=False, subdir=True)
+    handle = lmdbenv.acquire(path)  # shared with a Reader of the same file in this process
     try:
-        with env.begin() as txn:
+        with handle.env.begin() as txn:
             first = next(iter(txn.cursor()), None)
     finally:
-        env.close()
+        handle.release()
     return first is not None and bool(datum.decode(first[1]).encoded)
 
 
