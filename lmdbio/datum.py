@@ -184,8 +184,9 @@ def _template(buf: np.ndarray, off: int, size: int):
     return header, data_len, (c, h, w), suffix
 
 
-def _varints(buf: np.ndarray, at: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """int32 varints of known byte ``length`` (2..10) at ``at``, vectorised; -1 marks a bad one.
+def _varints(buf: np.ndarray, at: np.ndarray,
+             length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int32 varints of known byte ``length`` (2..10) at ``at``, vectorised: ``(values, good)``.
 
     A good one has continuation bits on every byte but the last and is a
     canonical int32: at most 5 bytes when >= 0, the 10-byte two's complement
@@ -271,23 +272,27 @@ def _fast_labels(buf: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, tpl,
 
 
 def _gather(buf: np.ndarray, starts: np.ndarray, rows: np.ndarray | None, out: np.ndarray) -> None:
-    """Copy the image bytes at ``starts`` into ``out[rows]`` (rows ascending; None: every row)."""
-    n = out.shape[0]
-    flat = out.reshape(n, -1) if out.flags.c_contiguous else None
-    c, h, w = out.shape[1:]
+    """Copy the image bytes at ``starts`` into ``out[rows]`` (None: every row, in order).
+
+    Records that lie at one stride (a batch read in file order) are copied a
+    run at a time; records in any other order (a shuffled batch) are taken
+    with one fancy index over a view of every L-byte window of the buffer.
+    """
+    n, c, h, w = out.shape
+    if rows is None and out.flags.c_contiguous and \
+            np.count_nonzero(np.diff(starts, 2)) <= len(starts) // 8:
+        flat = out.reshape(n, -1)
+        for first, count, stride in _stride_runs(starts):
+            flat[first:first + count] = np.ndarray((count, c * h * w), np.uint8, buf,
+                                                   int(starts[first]), (stride, 1))
+        return
+    size = c * h * w
+    windows = np.ndarray((len(buf) - size + 1, size), np.uint8, buf, 0, (1, 1))
+    images = windows[starts].reshape(-1, c, h, w)
     if rows is None:
-        rows, groups = None, [0, n]
-    else:  # runs must also be consecutive rows of out
-        groups = [0, *(np.flatnonzero(np.diff(rows) != 1) + 1).tolist(), len(rows)]
-    for g0, g1 in zip(groups[:-1], groups[1:]):
-        for first, count, stride in _stride_runs(starts[g0:g1]):
-            at = int(starts[g0 + first])
-            row = g0 + first if rows is None else int(rows[g0 + first])
-            if flat is not None:
-                flat[row:row + count] = np.ndarray((count, c * h * w), np.uint8, buf, at, (stride, 1))
-            else:
-                out[row:row + count] = np.ndarray((count, c, h, w), np.uint8, buf, at,
-                                                  (stride, h * w, w, 1))
+        out[...] = images
+    else:
+        out[rows] = images
 
 
 def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,

@@ -72,9 +72,9 @@ def _check_equal(values, **kwargs):
     return images, labels
 
 
-def _batch(values):
-    """A Batch-like buffer holding ``values`` at irregular strides (as a reader's batch does)."""
-    gaps = [(i * 7) % 13 for i in range(len(values))]
+def _batch(values, gap: int | None = None):
+    """A Batch holding ``values`` with ``gap`` bytes between them (None: irregular gaps)."""
+    gaps = [(i * 7) % 13 if gap is None else gap for i in range(len(values))]
     offsets, pos = [], 0
     for v, g in zip(values, gaps):
         pos += g
@@ -235,3 +235,21 @@ def test_threaded_errors_name_the_first_bad_record():
         datum.decode_many([png, png, broken, png, broken], threads=3)
     with pytest.raises(ValueError, match="threads must be a positive integer"):
         datum.decode_many([png], threads=0)
+
+
+@pytest.mark.parametrize("order", ["reversed", "shuffled", "repeated"])
+def test_records_in_any_order_of_the_buffer(order):
+    # A shuffled epoch hands out records in any order, even twice (a padded last batch).
+    imgs = _images(40, seed=5)
+    b = _batch([datum.encode(im, i) for i, im in enumerate(imgs)], gap=3)
+    pick = {"reversed": np.arange(40)[::-1],
+            "shuffled": np.random.default_rng(1).permutation(40),
+            "repeated": np.r_[0:40, 0:7]}[order]
+    images, labels = datum.decode_records(b.buffer, b.offsets[pick], b.sizes[pick])
+    assert np.array_equal(images, imgs[pick]) and np.array_equal(labels, pick)
+    for run_start in (0, 13):  # runs at one stride, then a break, in reverse too
+        sel = np.r_[run_start:run_start + 10, 39:29:-1]
+        images, labels = datum.decode_records(b.buffer, b.offsets[sel], b.sizes[sel])
+        assert np.array_equal(images, imgs[sel]) and np.array_equal(labels, sel)
+    stride = int(b.offsets[1] - b.offsets[0])
+    assert datum._stride_runs(b.offsets[sel]) == [(0, 10, stride), (10, 10, -stride)]
