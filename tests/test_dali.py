@@ -12,7 +12,7 @@ from lmdbio.errors import ConfigurationError
 HAVE_DALI = importlib.util.find_spec("nvidia") is not None and \
     importlib.util.find_spec("nvidia.dali") is not None
 needs_dali = pytest.mark.skipif(not HAVE_DALI, reason="NVIDIA DALI is not installed "
-                                "(pip install 'lmdbio[dali]')")
+                                "(pip install nvidia-dali-cuda120)")
 
 
 def _lmdbio_records(path, first: int, count: int):
@@ -77,12 +77,24 @@ def test_bench_point_runs_dali_caffe(datasets):
     from lmdbio import bench
 
     assert peer.DALI_CAFFE in bench.variant_names()
-    rows = bench.run_point(MPI.COMM_WORLD, datasets["cifar10"], peer.DALI_CAFFE, batch_size=32,
+    rows = bench.run_point(MPI.COMM_SELF, datasets["cifar10"], peer.DALI_CAFFE, batch_size=32,
                            iters=4, cache="warm")
     total = [r for r in rows if r["level"] == "step" and r["phase"] == "total"]
     assert total and total[0]["rank_records"] == 4 * 32
     assert total[0]["bytes"] == 4 * 32 * 3072
     assert total[0]["variant_used"].startswith("dali-caffe(threads=1")
     with pytest.raises(ConfigurationError, match="LMDB 1.0"):
-        bench.run_point(MPI.COMM_WORLD, datasets["lmdb10"], peer.DALI_CAFFE, batch_size=32,
+        bench.run_point(MPI.COMM_SELF, datasets["lmdb10"], peer.DALI_CAFFE, batch_size=32,
                         iters=1)
+
+
+def test_missing_dali_says_what_to_install(monkeypatch, datasets):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)   # import nvidia.dali fails
+    with pytest.raises(ConfigurationError, match="pip install nvidia-dali-cuda120"):
+        peer.import_dali()
+    from mpi4py import MPI
+
+    with pytest.raises(ConfigurationError, match="needs NVIDIA DALI"):
+        peer.DaliCaffe(MPI.COMM_SELF, datasets["cifar10"], 8)
