@@ -1,6 +1,8 @@
-"""Decoded records/s: lmdbio's read_batch() with and without as_datum_array(), and DALI (prints only).
+"""Decoded records/s: lmdbio's read_batch(), with the batch decoder, and DALI (prints only).
 
-    mpiexec -n P python benchmarks/bench_decode.py [DB] [VARIANT] [ITERS] [ROUNDS] [SERIES] [THREADS]
+    mpiexec -n P python benchmarks/bench_decode.py DB VARIANT ITERS ROUNDS SERIES THREADS
+
+(all optional: /tmp/beyond-cifar, auto, 300, 3, read,batch,protobuf,dali, 1)
 
 Warm: a first pass reads every timed batch. Then ROUNDS rounds, each timing
 ITERS batches (global batch 256) of every series in turn, so machine noise

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import threading
-from typing import Iterable, Sequence
 
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -135,7 +134,7 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
 # What may follow the label in a record the fast path accepts: nothing (lmdbio, protobuf's
 # Python runtime) or ``encoded: false`` (Caffe's C++ sets it explicitly).
 _SUFFIXES = (b"", b"\x38\x00")
-# Longest header the fast path takes: three 5-byte dimension fields, encoded, the data tag and length.
+# Longest header the fast path takes: three 5-byte dimensions, encoded, the data tag and length.
 _MAX_HEADER = 3 * 6 + 2 + 6
 
 

@@ -1,4 +1,4 @@
-"""Epoch order for training: chunks of consecutive records permuted, then records shuffled within windows.
+"""Epoch order for training: chunks of consecutive records permuted, then shuffled within windows.
 
 A chunk is a run of consecutive records (what COAL reads in one request),
 so a shuffled epoch still reads large runs; a window of several chunks is
@@ -92,7 +92,7 @@ def _check(n: int, batch_size: int, policy: str) -> None:
 
 def global_batches(order: np.ndarray, batch_size: int,
                    policy: str = DEFAULT_POLICY) -> list[np.ndarray]:
-    """The epoch's global batches: consecutive slices of ``order`` (views), last one per ``policy``."""
+    """The epoch's global batches: consecutive slices of ``order``, the last one per ``policy``."""
     order = np.asarray(order)
     n = len(order)
     _check(n, batch_size, policy)

@@ -149,7 +149,8 @@ def test_encoded_and_raw_records_in_one_batch():
 def test_mixed_shapes_are_decoded_or_named():
     small = [datum.encode(im, 1) for im in _images(3, (3, 4, 4))]
     other = datum.encode(_images(1, (3, 5, 5))[0], 2)
-    with pytest.raises(LmdbioError, match=r"record 2 has image shape \(3, 5, 5\), expected \(3, 4, 4\)"):
+    with pytest.raises(LmdbioError,
+                       match=r"record 2 has image shape \(3, 5, 5\), expected \(3, 4, 4\)"):
         datum.decode_many([*small[:2], other, small[2]])
     # Same number of bytes, another shape: the header differs, so protobuf decides.
     flat = datum.encode(_images(1, (1, 4, 12))[0], 3)

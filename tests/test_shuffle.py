@@ -1,4 +1,4 @@
-"""Epoch order: chunk permutation plus window shuffle, the per-rank split and the last-batch policies."""
+"""Epoch order: chunks permuted, windows shuffled, the per-rank split, the last-batch policies."""
 
 from collections import Counter
 
@@ -85,7 +85,8 @@ def test_windows_mix_chunks_but_never_beyond_the_window():
     pos[order] = np.arange(n)
     by_chunk = pos.reshape(-1, chunk)
     # A chunk's records lie in one window: the same block of window * chunk positions.
-    assert (by_chunk.min(axis=1) // (window * chunk) == by_chunk.max(axis=1) // (window * chunk)).all()
+    span = window * chunk
+    assert (by_chunk.min(axis=1) // span == by_chunk.max(axis=1) // span).all()
     assert np.count_nonzero(np.diff(order // chunk)) > n // chunk  # runs broken up
 
 

@@ -35,7 +35,7 @@ DALI_CAFFE = "dali-caffe"
 
 
 def import_dali():
-    """``nvidia.dali`` and its ``fn`` and ``types``, or a clear error naming the extra to install."""
+    """``nvidia.dali`` and its ``fn`` and ``types``, or a clear error saying what to install."""
     try:
         import nvidia.dali as dali
         from nvidia.dali import fn, types
@@ -94,7 +94,8 @@ def _pipeline(path: Path, batch: int, shard: int, shards: int, threads: int, dec
     try:
         pipe.build()
     except RuntimeError as exc:
-        raise LmdbioError(f"DALI could not open {path}: {str(exc).strip().splitlines()[-1]}") from None
+        reason = str(exc).strip().splitlines()[-1]
+        raise LmdbioError(f"DALI could not open {path}: {reason}") from None
     return pipe
 
 
@@ -109,7 +110,7 @@ def _arrays(images, labels) -> tuple[np.ndarray | list, np.ndarray]:
 
 
 class DaliCaffe:
-    """One rank's DALI pipeline, shaped like the bench's sources: ``read_batch() -> (records, bytes)``.
+    """One rank's DALI pipeline, shaped like the bench's sources: ``read_batch() -> (n, bytes)``.
 
     Args:
         comm: the point's communicator (rank and size pick the shard).
