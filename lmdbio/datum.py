@@ -8,14 +8,15 @@ channels 1, height 2, width 3, data 4, label 5, float_data 6, encoded 7.
 from __future__ import annotations
 
 import io
-from typing import Iterable, Sequence
+import threading
 
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from .errors import LmdbioError
 
-__all__ = ["Datum", "encode", "decode", "decode_image", "decode_many", "encode_image_bytes"]
+__all__ = ["Datum", "encode", "decode", "decode_image", "decode_many", "decode_records",
+           "encode_image_bytes"]
 
 
 def _build_datum_class():
@@ -117,37 +118,309 @@ def decode_image(d: "Datum") -> np.ndarray:
     return np.frombuffer(d.data, dtype=np.uint8).reshape(c, h, w)
 
 
-def decode_many(values: Sequence | Iterable, shape: tuple[int, int, int] | None = None,
-                out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Decode many Datums into one ``(n, c, h, w)`` uint8 array plus int64 labels.
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """One protobuf varint at ``data[pos:]``: ``(value, next position)``; ``(-1, pos)`` if cut."""
+    value = shift = 0
+    while pos < len(data) and shift < 70:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return value, pos
+    return -1, pos
+
+
+# What may follow the label in a record the fast path accepts: nothing (lmdbio, protobuf's
+# Python runtime) or ``encoded: false`` (Caffe's C++ sets it explicitly).
+_SUFFIXES = (b"", b"\x38\x00")
+# Longest header the fast path takes: three 5-byte dimensions, encoded, the data tag and length.
+_MAX_HEADER = 3 * 6 + 2 + 6
+
+
+def _template(buf: np.ndarray, off: int, size: int):
+    """The layout of one raw Datum, if the fast path can use it as every record's template.
+
+    Accepted: fields 1-3 (varints, any order; ``encoded: false`` among them),
+    then ``data`` (field 4), then a ``label`` (field 5), then one of
+    ``_SUFFIXES``. Anything else (encoded images, float_data, unknown or
+    repeated later fields) returns None.
+    Returns ``(header_len, data_len, (c, h, w), suffix)``.
+    """
+    head = buf[off:off + min(size, _MAX_HEADER)].tobytes()
+    pos = 0
+    dims = {1: 0, 2: 0, 3: 0}
+    while pos < len(head):
+        tag = head[pos]
+        pos += 1
+        if tag in (0x08, 0x10, 0x18):
+            value, pos = _varint(head, pos)
+            if value < 0 or value >= 1 << 31:
+                return None
+            dims[tag >> 3] = value
+        elif tag == 0x38:  # encoded: only false keeps the record raw
+            value, pos = _varint(head, pos)
+            if value != 0:
+                return None
+        elif tag == 0x22:
+            data_len, pos = _varint(head, pos)
+            if data_len <= 0 or pos + data_len > size:
+                return None
+            header = pos
+            break
+        else:
+            return None
+    else:
+        return None
+    tail = buf[off + header + data_len:off + size].tobytes()
+    if not tail or tail[0] != 0x28:
+        return None
+    label, after = _varint(tail, 1)
+    suffix = tail[after:]
+    c, h, w = dims[1], dims[2], dims[3]
+    if label < 0 or suffix not in _SUFFIXES or c * h * w != data_len:
+        return None
+    return header, data_len, (c, h, w), suffix
+
+
+def _varints(buf: np.ndarray, at: np.ndarray,
+             length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int32 varints of known byte ``length`` (2..10) at ``at``, vectorised: ``(values, good)``.
+
+    A good one has continuation bits on every byte but the last and is a
+    canonical int32: at most 5 bytes when >= 0, the 10-byte two's complement
+    of its 64-bit sign extension when < 0. Bad ones go through protobuf.
+    """
+    width = np.arange(10)
+    used = width < length[:, None]
+    b = buf[np.where(used, at[:, None] + width, at[:, None])].astype(np.uint64)
+    more = (b & 0x80) != 0
+    framed = (more == (width < length[:, None] - 1)) | ~used
+    value = np.bitwise_or.reduce(((b & 0x7F) << (7 * width).astype(np.uint64)) * used, axis=1)
+    good = framed.all(axis=1) & (((length <= 5) & (value < 1 << 31))
+                                 | ((length == 10) & (value >= np.uint64(2**64 - 2**31))))
+    labels = (value & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
+    return np.where(good, labels, -1), good
+
+
+def _stride_runs(starts: np.ndarray) -> list[tuple[int, int, int]]:
+    """Split records into runs that lie at one stride in the buffer: ``(first, count, stride)``.
+
+    A batch read from one file region has a handful of runs (records one
+    page apart, broken where LMDB put a leaf page), so callers loop over
+    runs, not records.
+    """
+    m = len(starts)
+    if m == 1:
+        return [(0, 1, 0)]
+    step = np.diff(starts)
+    runs, i = [], 0
+    for c in (np.flatnonzero(step[1:] != step[:-1]) + 1).tolist():
+        if c > i:  # records i..c are at stride step[i]
+            runs.append((i, c - i + 1, int(step[i])))
+            i = c + 1
+    if i < m:
+        runs.append((i, m - i, int(step[i]) if i < m - 1 else 0))
+    return runs
+
+
+def _fast_labels(buf: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, tpl,
+                 labels: np.ndarray) -> np.ndarray:
+    """Check every record against the template; fill ``labels`` of those that match.
+
+    Returns the mask of records whose layout is the template's: the same
+    header bytes, then the data, a label varint of any length, and the
+    same suffix, ending exactly at the record's end.
+    """
+    header, data_len, _, suffix = tpl
+    s = len(suffix)
+    size0 = int(sizes[0])
+    if size0 == header + data_len + 2 + s and (sizes == size0).all():
+        # Every record is as long as the first with a one-byte label: one gather of the
+        # header, the label tag, the label and the suffix, compared with the first record's.
+        cols = np.array([*range(header), header + data_len, *range(size0 - s, size0),
+                         header + data_len + 1])
+        got = buf[offsets[:, None] + cols]
+        label = got[:, -1]
+        labels[:] = label
+        return (got[:, :-1] == got[0, :-1]).all(axis=1) & (label < 0x80)
+    lab_at = offsets + (header + data_len + 1)
+    vlen = sizes - (header + data_len + 1 + s)
+    ok = vlen >= 1
+    if not ok.all():  # records too short: point their gathers at record 0 (masked out anyway)
+        offsets, lab_at, vlen = (np.where(ok, a, a[0]) for a in (offsets, lab_at, vlen))
+    o0 = int(offsets[0])
+    ok &= (buf[offsets[:, None] + np.arange(header)] == buf[o0:o0 + header]).all(axis=1)
+    ok &= buf[lab_at - 1] == 0x28
+    if s:
+        tail = (lab_at + vlen)[:, None] + np.arange(s)
+        ok &= (buf[tail] == np.frombuffer(suffix, np.uint8)).all(axis=1)
+    first = buf[lab_at]
+    labels[:] = first
+    one = vlen == 1
+    if one.all():  # the common case: every label below 128
+        ok &= first < 0x80
+        return ok
+    ok &= ~one | (first < 0x80)
+    multi = np.flatnonzero(ok & ~one)
+    if len(multi):
+        more, good = _varints(buf, lab_at[multi], np.minimum(vlen[multi], 10))
+        labels[multi] = more
+        ok[multi] &= good & (vlen[multi] <= 10)
+    return ok
+
+
+def _gather(buf: np.ndarray, starts: np.ndarray, rows: np.ndarray | None, out: np.ndarray) -> None:
+    """Copy the image bytes at ``starts`` into ``out[rows]`` (None: every row, in order).
+
+    Records that lie at one stride (a batch read in file order) are copied a
+    run at a time; records in any other order (a shuffled batch) are taken
+    with one fancy index over a view of every L-byte window of the buffer.
+    """
+    n, c, h, w = out.shape
+    if rows is None and out.flags.c_contiguous and \
+            np.count_nonzero(np.diff(starts, 2)) <= len(starts) // 8:
+        flat = out.reshape(n, -1)
+        for first, count, stride in _stride_runs(starts):
+            flat[first:first + count] = np.ndarray((count, c * h * w), np.uint8, buf,
+                                                   int(starts[first]), (stride, 1))
+        return
+    size = c * h * w
+    windows = np.ndarray((len(buf) - size + 1, size), np.uint8, buf, 0, (1, 1))
+    images = windows[starts].reshape(-1, c, h, w)
+    if rows is None:
+        out[...] = images
+    else:
+        out[rows] = images
+
+
+def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
+                   shape: tuple[int, int, int] | None = None,
+                   out: np.ndarray | None = None,
+                   threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Decode records ``buffer[offsets[i]:offsets[i] + sizes[i]]`` as Caffe Datums, batch at once.
+
+    Raw Datums laid out like the first record (the same header bytes, so the
+    same shape and data length; a label varint of any length; the same
+    trailer) are checked and gathered with numpy, without a per-record
+    Python loop. Any other record (another shape, encoded, float_data,
+    another field order) is parsed by protobuf, so the result equals
+    :func:`decode_image` and ``label`` of :func:`decode` on every record.
 
     Args:
-        values: serialized Datums (bytes-like).
+        buffer: the bytes-like buffer holding the records (a Batch's ``buffer``).
+        offsets, sizes: where each record lies in ``buffer``.
         shape: ``(c, h, w)`` of every image; taken from the first record if None.
         out: optional preallocated ``(n, c, h, w)`` uint8 array to fill.
+        threads: threads decoding the records protobuf takes (encoded JPEG/PNG
+            ones: Pillow releases the GIL); 1 decodes them in the caller.
     Returns:
-        ``(images, labels)``.
+        ``(images (n, c, h, w) uint8, labels int64)``.
     """
-    values = list(values)
-    n = len(values)
+    buf = buffer.reshape(-1).view(np.uint8) if isinstance(buffer, np.ndarray) \
+        else np.frombuffer(buffer, dtype=np.uint8)
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1)
+    sizes = np.asarray(sizes, dtype=np.int64).reshape(-1)
+    n = len(offsets)
+    if len(sizes) != n:
+        raise ValueError(f"{n} offsets but {len(sizes)} sizes; give one size per record")
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    if out is not None and (out.ndim != 4 or out.shape[0] != n or out.dtype != np.uint8):
+        raise ValueError(f"out is a {out.dtype} array of shape {out.shape}; it must be uint8 "
+                         f"(n, c, h, w) with n = {n} records")
     labels = np.empty(n, dtype=np.int64)
     if n == 0:
         c, h, w = shape or (0, 0, 0)
         return (out if out is not None else np.empty((0, c, h, w), np.uint8)), labels
-    d = Datum()
-    for i, v in enumerate(values):
-        d.Clear()
-        try:
-            d.ParseFromString(bytes(v))
-        except Exception as exc:
-            raise LmdbioError(f"record {i} of the batch is not a Caffe Datum ({exc})") from None
-        img = decode_image(d)
-        if out is None:
-            out = np.empty((n, *(shape or img.shape)), dtype=np.uint8)
-        if img.shape != out.shape[1:]:
-            raise LmdbioError(
-                f"record {i} has image shape {img.shape}, expected {out.shape[1:]}; "
-                "images of different sizes cannot share one array")
-        out[i] = img
-        labels[i] = d.label
+    if min(offsets.min(), sizes.min()) < 0 or (offsets + sizes).max() > len(buf):
+        raise ValueError(f"records lie outside the {len(buf)}-byte buffer; offsets and sizes "
+                         "must describe records inside it")
+    tpl = _template(buf, int(offsets[0]), int(sizes[0]))
+    if out is None:
+        if shape is None:
+            shape = tpl[2] if tpl is not None else \
+                decode_image(decode(buf[offsets[0]:offsets[0] + sizes[0]])).shape
+        out = np.empty((n, *shape), dtype=np.uint8)
+    if tpl is None or tpl[2] != out.shape[1:]:
+        ok = np.zeros(n, dtype=bool)  # protobuf's path names the first record of a wrong shape
+    else:
+        ok = _fast_labels(buf, offsets, sizes, tpl, labels)
+    if ok.all():
+        _gather(buf, offsets + tpl[0], None, out)
+        return out, labels
+    fast = np.flatnonzero(ok)
+    if len(fast):
+        _gather(buf, offsets[fast] + tpl[0], fast, out)
+    slow = np.flatnonzero(~ok).tolist()
+    if threads > 1 and len(slow) > 1:
+        # Pillow releases the GIL while it decodes, so encoded records decode in parallel.
+        errors = [e for e in _pool(threads).map(
+            lambda i: _decode_one(buf, offsets, sizes, i, out, labels), slow) if e is not None]
+        if errors:
+            raise errors[0]
+    else:
+        for i in slow:
+            err = _decode_one(buf, offsets, sizes, i, out, labels)
+            if err is not None:
+                raise err
     return out, labels
+
+
+_POOLS: dict = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool(threads: int):
+    """One shared thread pool per size, made on first use (its threads live with the process)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _POOLS_LOCK:
+        if threads not in _POOLS:
+            _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="lmdbio-decode")
+        return _POOLS[threads]
+
+
+def _decode_one(buf, offsets, sizes, i: int, out: np.ndarray, labels: np.ndarray):
+    """Decode record ``i`` with protobuf (and Pillow) into ``out[i]``; the error, or None."""
+    d = Datum()
+    o = int(offsets[i])
+    try:
+        d.ParseFromString(buf[o:o + int(sizes[i])].tobytes())
+    except Exception as exc:
+        return LmdbioError(f"record {i} of the batch is not a Caffe Datum ({exc})")
+    try:
+        img = decode_image(d)
+    except LmdbioError as exc:
+        return LmdbioError(f"record {i}: {exc}")
+    except Exception as exc:  # Pillow's errors on a damaged JPEG/PNG
+        return LmdbioError(f"record {i} holds an encoded image Pillow cannot decode ({exc})")
+    if img.shape != out.shape[1:]:
+        return LmdbioError(f"record {i} has image shape {img.shape}, expected {out.shape[1:]}; "
+                           "images of different sizes cannot share one array")
+    out[i] = img
+    labels[i] = d.label
+    return None
+
+
+def decode_many(values, shape: tuple[int, int, int] | None = None,
+                out: np.ndarray | None = None, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Decode many Datums into one ``(n, c, h, w)`` uint8 array plus int64 labels.
+
+    Args:
+        values: a Batch (anything with ``buffer``, ``offsets`` and ``sizes``),
+            decoded in place, or serialized Datums (bytes-like), joined first.
+        shape: ``(c, h, w)`` of every image; taken from the first record if None.
+        out: optional preallocated ``(n, c, h, w)`` uint8 array to fill.
+        threads: threads for encoded records (see :func:`decode_records`).
+    Returns:
+        ``(images, labels)``; see :func:`decode_records`.
+    """
+    if all(hasattr(values, a) for a in ("buffer", "offsets", "sizes")):
+        return decode_records(values.buffer, values.offsets, values.sizes, shape=shape, out=out,
+                              threads=threads)
+    values = [v if isinstance(v, (bytes, bytearray)) else memoryview(v).cast("B") for v in values]
+    sizes = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
+    offsets = np.zeros(len(values), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=offsets[1:])
+    return decode_records(b"".join(values), offsets, sizes, shape=shape, out=out, threads=threads)

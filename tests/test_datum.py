@@ -53,3 +53,204 @@ def test_bad_inputs_are_clear():
     blobs = [datum.encode(np.zeros((3, 4, 4), np.uint8)), datum.encode(np.zeros((3, 5, 5), np.uint8))]
     with pytest.raises(LmdbioError, match="shape"):
         datum.decode_many(blobs)
+
+
+# --- the batch decoder: equal to protobuf record by record ---------------------------------
+
+def _reference(values):
+    """Per-record protobuf decode: the images and labels the batch decoder must equal."""
+    parsed = [datum.decode(v) for v in values]
+    return np.stack([datum.decode_image(d) for d in parsed]), np.array([d.label for d in parsed])
+
+
+def _check_equal(values, **kwargs):
+    images, labels = datum.decode_many(values, **kwargs)
+    want_images, want_labels = _reference(values)
+    assert images.dtype == np.uint8 and labels.dtype == np.int64
+    assert np.array_equal(images, want_images)
+    assert np.array_equal(labels, want_labels)
+    return images, labels
+
+
+def _batch(values, gap: int | None = None):
+    """A Batch holding ``values`` with ``gap`` bytes between them (None: irregular gaps)."""
+    gaps = [(i * 7) % 13 if gap is None else gap for i in range(len(values))]
+    offsets, pos = [], 0
+    for v, g in zip(values, gaps):
+        pos += g
+        offsets.append(pos)
+        pos += len(v)
+    buf = np.zeros(pos + 5, np.uint8)
+    for v, o in zip(values, offsets):
+        buf[o:o + len(v)] = np.frombuffer(bytes(v), np.uint8)
+
+    from lmdbio.reader import Batch
+
+    return Batch(buf, np.array(offsets, dtype=np.int64),
+                 np.array([len(v) for v in values], dtype=np.int64), np.arange(len(values)))
+
+
+@pytest.mark.parametrize("name", ["cifar10", "imagenet", "one_txn", "lmdb10"])
+def test_reader_batches_decode_as_protobuf_does(datasets, name):
+    import lmdbio
+
+    with lmdbio.Reader(datasets[name], batch_size=16, variant="auto") as r:
+        for _ in range(3):
+            b = r.read_batch()
+            _check_equal(b)
+            images, _ = b.as_datum_array()
+            assert np.array_equal(images, _reference(list(b))[0])
+
+
+def test_encoded_dataset_decodes_as_protobuf_does(datasets):
+    import lmdbio
+
+    with lmdbio.Reader(datasets["jpeg"], batch_size=8, variant="auto") as r:
+        _check_equal(r.read_batch())
+
+
+def _images(n, shape=(3, 4, 5), seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (n, *shape), dtype=np.uint8)
+
+
+# Labels whose varints take 1 to 5 and 10 bytes (negative int32s are sign-extended to 64 bits).
+LABELS = [0, 1, 127, 128, 300, 16383, 16384, 2**21, 2**31 - 1, -1, -2, -(2**31), 5, 9]
+
+
+def test_labels_of_every_varint_length():
+    imgs = _images(len(LABELS))
+    blobs = [datum.encode(imgs[i], lab) for i, lab in enumerate(LABELS)]
+    assert {len(b) for b in blobs} == {len(blobs[0]) + k for k in (0, 1, 2, 3, 4, 9)}
+    images, labels = _check_equal(blobs)
+    assert list(labels) == LABELS
+    _check_equal(_batch(blobs))
+
+
+@pytest.mark.parametrize("lab", [5, 200, 70000, -3])
+def test_caffe_style_trailer_and_one_label_length(lab):
+    # Caffe's C++ writes encoded: false after the label; all records the same length.
+    blobs = [datum.encode(img, lab) + b"\x38\x00" for img in _images(6, seed=1)]
+    _, labels = _check_equal(blobs)
+    assert (labels == lab).all()
+    _check_equal(_batch(blobs))
+
+
+def test_encoded_and_raw_records_in_one_batch():
+    imgs = np.repeat(np.arange(0, 240, 8, dtype=np.uint8)[None, None, :], 10, axis=1)
+    imgs = np.repeat(imgs, 3, axis=0)  # (3, 10, 30), smooth: PNG is exact
+    png = datum.encode(encoded_bytes=datum.encode_image_bytes(imgs, "PNG"), label=4,
+                       channels=3, height=10, width=30)
+    raw = [datum.encode(im, i) for i, im in enumerate(_images(5, (3, 10, 30), seed=2))]
+    for blobs in ([*raw[:2], png, *raw[2:]], [png, *raw]):
+        images, labels = _check_equal(blobs)
+        assert np.array_equal(images[blobs.index(png)], imgs)
+
+
+def test_mixed_shapes_are_decoded_or_named():
+    small = [datum.encode(im, 1) for im in _images(3, (3, 4, 4))]
+    other = datum.encode(_images(1, (3, 5, 5))[0], 2)
+    with pytest.raises(LmdbioError,
+                       match=r"record 2 has image shape \(3, 5, 5\), expected \(3, 4, 4\)"):
+        datum.decode_many([*small[:2], other, small[2]])
+    # Same number of bytes, another shape: the header differs, so protobuf decides.
+    flat = datum.encode(_images(1, (1, 4, 12))[0], 3)
+    with pytest.raises(LmdbioError, match="record 1 has image shape"):
+        datum.decode_many([small[0], flat])
+    images, _ = datum.decode_many([flat], shape=None)
+    assert images.shape == (1, 1, 4, 12)
+
+
+def test_forged_header_differing_late_falls_back_to_protobuf():
+    # Records that say `encoded: false` inside their header (protobuf accepts any field
+    # order); the forged one differs in one late header byte: encoded is true, and its
+    # data, the same length, is a PNG (zero-padded) of another image.
+    shape = (3, 8, 8)
+    imgs = _images(4, shape, seed=3)
+
+    def record(data, label, encoded):
+        head = bytes([0x08, 3, 0x10, 8, 0x18, 8, 0x38, int(encoded), 0x22, 0xC0, 0x01])
+        return head + data + bytes([0x28, label])
+
+    picture = np.full(shape, 77, np.uint8)
+    png = datum.encode_image_bytes(picture, "PNG")
+    assert len(png) < 192
+    blobs = [record(im.tobytes(), i, False) for i, im in enumerate(imgs)]
+    forged = record(png + bytes(192 - len(png)), 9, True)
+    assert sum(a != b for a, b in zip(forged[:11], blobs[0][:11])) == 1
+    blobs.insert(2, forged)
+    images, labels = _check_equal(blobs)
+    assert np.array_equal(images[2], picture) and labels[2] == 9
+    assert np.array_equal(images[[0, 1, 3, 4]], imgs)
+    _check_equal(_batch(blobs))
+
+
+def test_forged_trailers_fall_back_to_protobuf():
+    imgs = _images(5, seed=4)
+    base = [datum.encode(im, i) for i, im in enumerate(imgs)]
+    blobs = list(base)
+    blobs[1] = base[1][:-1] + b"\x85\x00"          # an overlong label varint (5), same value
+    blobs[2] = base[2] + b"\x28\x07"               # a second label field: the last one wins
+    blobs[3] = base[3] + b"\x38\x00"               # encoded: false after the label
+    _, labels = _check_equal(blobs)
+    assert list(labels) == [0, 5, 7, 3, 4]
+    _check_equal(_batch(blobs))
+
+
+def test_decode_records_errors_are_clear():
+    blobs = [datum.encode(im, 0) for im in _images(2)]
+    b = _batch(blobs)
+    with pytest.raises(ValueError, match="outside"):
+        datum.decode_records(b.buffer, b.offsets + 10**6, b.sizes)
+    with pytest.raises(ValueError, match="one size per record"):
+        datum.decode_records(b.buffer, b.offsets, b.sizes[:1])
+    with pytest.raises(ValueError, match="must be uint8"):
+        datum.decode_records(b.buffer, b.offsets, b.sizes, out=np.zeros((3, 3, 4, 5), np.uint8))
+    with pytest.raises(LmdbioError, match="record 1 of the batch is not a Caffe Datum"):
+        datum.decode_many([blobs[0], b"\xff\xff\xff"])
+
+
+def test_out_that_is_not_contiguous_is_filled():
+    blobs = [datum.encode(im, i) for i, im in enumerate(_images(4))]
+    out = np.zeros((4, 3, 4, 10), np.uint8)[..., ::2]
+    got, _ = datum.decode_many(blobs, out=out)
+    assert got is out and np.array_equal(out, _images(4))
+
+
+@pytest.mark.parametrize("threads", [2, 4])
+def test_encoded_records_decode_in_threads_as_in_one(datasets, threads):
+    import lmdbio
+
+    with lmdbio.Reader(datasets["jpeg"], batch_size=12, variant="auto") as r:
+        b = r.read_batch()
+        one = datum.decode_many(b)
+        many = datum.decode_many(b, threads=threads)
+        assert np.array_equal(one[0], many[0]) and np.array_equal(one[1], many[1])
+        _check_equal(b)
+
+
+def test_threaded_errors_name_the_first_bad_record():
+    img = _images(1, (3, 8, 8))[0]
+    png = datum.encode(encoded_bytes=datum.encode_image_bytes(img, "PNG"), label=1)
+    broken = datum.encode(encoded_bytes=b"\x89PNG not really", label=2)
+    with pytest.raises(LmdbioError, match="record 2 holds an encoded image Pillow cannot decode"):
+        datum.decode_many([png, png, broken, png, broken], threads=3)
+    with pytest.raises(ValueError, match="threads must be a positive integer"):
+        datum.decode_many([png], threads=0)
+
+
+@pytest.mark.parametrize("order", ["reversed", "shuffled", "repeated"])
+def test_records_in_any_order_of_the_buffer(order):
+    # A shuffled epoch hands out records in any order, even twice (a padded last batch).
+    imgs = _images(40, seed=5)
+    b = _batch([datum.encode(im, i) for i, im in enumerate(imgs)], gap=3)
+    pick = {"reversed": np.arange(40)[::-1],
+            "shuffled": np.random.default_rng(1).permutation(40),
+            "repeated": np.r_[0:40, 0:7]}[order]
+    images, labels = datum.decode_records(b.buffer, b.offsets[pick], b.sizes[pick])
+    assert np.array_equal(images, imgs[pick]) and np.array_equal(labels, pick)
+    for run_start in (0, 13):  # runs at one stride, then a break, in reverse too
+        sel = np.r_[run_start:run_start + 10, 39:29:-1]
+        images, labels = datum.decode_records(b.buffer, b.offsets[sel], b.sizes[sel])
+        assert np.array_equal(images, imgs[sel]) and np.array_equal(labels, sel)
+    stride = int(b.offsets[1] - b.offsets[0])
+    assert datum._stride_runs(b.offsets[sel]) == [(0, 10, stride), (10, 10, -stride)]

@@ -91,8 +91,9 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--dataset", help="LMDB directory (several: comma-separated)")
     p.add_argument("--variants", default="all",
                    help="comma-separated Reader variants (the papers' seven, lmdbio-direct, "
-                        "lmdb-get, auto) or 'all' (the papers' seven, default); raw, lmdb and "
-                        "lmdb-get are always added")
+                        "lmdb-get, auto; dali-caffe: NVIDIA DALI's reader, needs `pip install "
+                        "nvidia-dali-cuda120`) or 'all' (the papers' seven, default); raw, lmdb "
+                        "and lmdb-get are always added")
     p.add_argument("--procs", default="1,2,4", help="comma-separated rank counts (default 1,2,4)")
     p.add_argument("--cache", default="warm", help="warm, cold or warm,cold (default warm)")
     p.add_argument("--batch-size", type=int, default=256, help="global batch (default 256)")

@@ -15,6 +15,7 @@ import numpy as np
 from ..emulation import TrainingEmulator, parse_compute_time, parse_model_bytes
 from ..waiting import polite_barrier
 from .cache import EvictionWarning, batch_positions, measure_residency, prepare_cache, warm
+from .dali import PEERS
 from .limit import RAW, RawReader
 from .stats import POINT_KEYS
 from .storage import Storage
@@ -29,7 +30,7 @@ def variant_names() -> tuple[str, ...]:
     """Every name the bench accepts besides ``raw``: the papers' variants, then the extra ones."""
     from .. import options
 
-    return tuple(options.VARIANTS) + tuple(getattr(options, "EXTRA_VARIANTS", ()))
+    return tuple(options.VARIANTS) + tuple(getattr(options, "EXTRA_VARIANTS", ())) + tuple(PEERS)
 
 
 def _aggregate(rows: Iterable[dict], level: str) -> list[dict]:
@@ -152,7 +153,8 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
     my_file = storage.rank_file(comm, dataset)
     leader = storage.is_cache_leader(comm)
     # Longest coalescing any variant uses is a few dozen batches: prepare enough.
-    planned = batch_positions(0, warmup + iters + 64, batch_size, n)
+    positions = PEERS[variant].positions if variant in PEERS else batch_positions
+    planned = positions(0, warmup + iters + 64, batch_size, n)
     resident, file_resident = prepare_cache(comm, my_file, leader, cache, offsets, sizes,
                                             planned, evict=storage.evictor(comm))
 
@@ -162,6 +164,10 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
     if variant == RAW:
         source = RawReader(comm, my_file, batch_size, offsets, sizes, iters,
                            _group_size(comm, ranks_per_node, readers_per_node), warmup=warmup)
+        read = source.read_batch
+    elif variant in PEERS:
+        source = PEERS[variant](comm, my_file, batch_size)
+        variant_used = source.variant
         read = source.read_batch
     else:
         import lmdbio
@@ -194,7 +200,7 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
         warmup_s = time.monotonic() - t_w
         if variant == RAW:
             source.reset_counters()
-        timed = batch_positions(warm_eff, iters, batch_size, n)
+        timed = positions(warm_eff, iters, batch_size, n)
         if cache == "warm":
             # Warm means warm: the timed records (warmed before setup) are checked and topped up.
             if leader:

@@ -1,0 +1,215 @@
+"""Epoch order for training: chunks of consecutive records permuted, then shuffled within windows.
+
+A chunk is a run of consecutive records (what COAL reads in one request),
+so a shuffled epoch still reads large runs; a window of several chunks is
+then shuffled record by record, so a batch mixes records of several chunks.
+The order is a pure function of ``(n, chunk, window, seed, epoch)``: every
+rank computes the same one without talking to the others.
+
+Last-batch policies (``n`` not a multiple of the batch size):
+
+- ``"short"`` (the default): the last global batch holds the ``n % B``
+  records left, split as evenly as possible among the ranks (sizes differ by
+  at most one; a rank may get none). Every record is delivered exactly once.
+  This is what PyTorch users get from ``DataLoader(drop_last=False)``, its
+  default. ``DistributedSampler`` instead pads each epoch to a multiple of
+  the world size with repeated records, so that ranks get equal counts; we
+  keep exactly-once as the default because the epoch is the unit training
+  metrics are computed over, and offer padding as ``"pad"``.
+- ``"pad"``: the last global batch is filled up to ``B`` with records from
+  the start of the epoch's order (at most ``B - 1`` repeats), so every batch
+  and every rank's share has the same size.
+- ``"drop"``: the last partial batch is left out (``drop_last=True``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["POLICIES", "DEFAULT_POLICY", "epoch_order", "num_batches", "global_batches",
+           "rank_batches", "mean_batch_distance", "adjacent_fraction", "position_correlation",
+           "randomness_table", "format_table"]
+
+POLICIES = ("short", "pad", "drop")
+DEFAULT_POLICY = "short"
+
+
+def _count(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def epoch_order(n: int, chunk: int, window: int, seed: int, epoch: int) -> np.ndarray:
+    """The global record order of one epoch: a permutation of ``range(n)`` (int64).
+
+    Args:
+        n: records in the dataset.
+        chunk: records per chunk; chunks (consecutive records, the last one
+            possibly shorter) are permuted.
+        window: chunks per window; the records of each window of consecutive
+            chunks (in the permuted order) are shuffled among themselves.
+            ``window=1`` keeps each chunk's records together.
+        seed: the run's seed (>= 0).
+        epoch: the epoch number (>= 0); each epoch has its own order.
+    Returns:
+        ``order`` with ``order[i]`` the record read i-th in the epoch.
+    """
+    n = _count("n", n, 1)
+    chunk = _count("chunk", chunk, 1)
+    window = _count("window", window, 1)
+    rng = np.random.default_rng([_count("seed", seed, 0), _count("epoch", epoch, 0)])
+    nchunks = -(-n // chunk)
+    perm = rng.permutation(nchunks)
+    starts = perm * chunk
+    lens = np.minimum(chunk, n - starts)
+    first = np.cumsum(lens) - lens                 # where each permuted chunk begins in the order
+    order = np.repeat(starts - first, lens) + np.arange(n)
+    # Shuffle within windows: sort by (window, random key); windows are already in order.
+    win = np.repeat(np.arange(nchunks) // window, lens)
+    return order[np.lexsort((rng.random(n), win))]
+
+
+def num_batches(n: int, batch_size: int, policy: str = DEFAULT_POLICY) -> int:
+    """Global batches in an epoch of ``n`` records under ``policy``."""
+    _check(n, batch_size, policy)
+    full, rest = divmod(n, batch_size)
+    return full + (1 if rest and policy != "drop" else 0)
+
+
+def _check(n: int, batch_size: int, policy: str) -> None:
+    n = _count("n", n, 1)
+    batch_size = _count("batch_size", batch_size, 1)
+    if batch_size > n:
+        raise ValueError(f"batch_size {batch_size} is larger than the dataset ({n} records); "
+                         "one batch would repeat records. Use a batch size of at most "
+                         f"{n}")
+    if policy not in POLICIES:
+        raise ValueError(f"unknown last-batch policy {policy!r}; use one of {', '.join(POLICIES)}")
+
+
+def global_batches(order: np.ndarray, batch_size: int,
+                   policy: str = DEFAULT_POLICY) -> list[np.ndarray]:
+    """The epoch's global batches: consecutive slices of ``order``, the last one per ``policy``."""
+    order = np.asarray(order)
+    n = len(order)
+    _check(n, batch_size, policy)
+    full, rest = divmod(n, batch_size)
+    batches = list(order[:full * batch_size].reshape(full, batch_size))
+    if rest and policy == "short":
+        batches.append(order[full * batch_size:])
+    elif rest and policy == "pad":
+        batches.append(np.concatenate([order[full * batch_size:], order[:batch_size - rest]]))
+    return batches
+
+
+def rank_batches(order: np.ndarray, batch_size: int, nprocs: int, rank: int,
+                 policy: str = DEFAULT_POLICY) -> list[np.ndarray]:
+    """This rank's share of each global batch: records ``[rank * B/P, (rank + 1) * B/P)`` of it.
+
+    The split is the Reader's: each rank gets ``batch_size // nprocs``
+    consecutive records of every full batch. A short last batch is split as
+    evenly as possible (the first ``rest % nprocs`` ranks get one more).
+    """
+    nprocs = _count("nprocs", nprocs, 1)
+    rank = _count("rank", rank, 0)
+    if rank >= nprocs:
+        raise ValueError(f"rank {rank} is not below nprocs {nprocs}")
+    if batch_size % nprocs:
+        raise ValueError(f"batch_size {batch_size} does not divide among {nprocs} ranks; use a "
+                         "multiple of the rank count")
+    share = batch_size // nprocs
+    out = []
+    for b in global_batches(order, batch_size, policy):
+        if len(b) == batch_size:
+            out.append(b[rank * share:(rank + 1) * share])
+        else:
+            q, r = divmod(len(b), nprocs)
+            lo = rank * q + min(rank, r)
+            out.append(b[lo:lo + q + (rank < r)])
+    return out
+
+
+def mean_batch_distance(order: np.ndarray, batch_size: int) -> float:
+    """Mean ``|record[i+1] - record[i]|`` over consecutive records of the same batch.
+
+    1 for the unshuffled order; about ``n / 3`` for a uniform shuffle.
+    """
+    order = np.asarray(order, dtype=np.int64)
+    d = np.abs(np.diff(order))
+    same = (np.arange(1, len(order)) % batch_size) != 0   # pairs that do not cross batches
+    return float(d[same].mean()) if same.any() else float("nan")
+
+
+def adjacent_fraction(order: np.ndarray, batch_size: int) -> float:
+    """Fraction of consecutive pairs in a batch that are neighbours in the file (distance 1)."""
+    order = np.asarray(order, dtype=np.int64)
+    d = np.abs(np.diff(order))
+    same = (np.arange(1, len(order)) % batch_size) != 0
+    return float((d[same] == 1).mean()) if same.any() else float("nan")
+
+
+def position_correlation(order_a: np.ndarray, order_b: np.ndarray) -> float:
+    """Pearson correlation of each record's position in two epochs' orders (1: same order)."""
+    a, b = np.asarray(order_a), np.asarray(order_b)
+    if len(a) != len(b):
+        raise ValueError(f"orders of different lengths ({len(a)}, {len(b)})")
+    pos_a = np.empty(len(a), np.int64)
+    pos_b = np.empty(len(b), np.int64)
+    pos_a[a] = np.arange(len(a))
+    pos_b[b] = np.arange(len(b))
+    if len(a) < 2:
+        return 1.0
+    return float(np.corrcoef(pos_a, pos_b)[0, 1])
+
+
+def randomness_table(n: int, batch_size: int, chunks, windows, seed: int = 0) -> list[dict]:
+    """Randomness of the orders for each (chunk, window): one row each, plus the two extremes.
+
+    The extremes: the unshuffled order (chunk and window 0) and a uniform
+    shuffle (chunks of one record).
+
+    Columns: ``chunk``, ``window``, ``records_per_window``, ``mean_distance``
+    (in a batch, :func:`mean_batch_distance`), ``distance_vs_uniform`` (that
+    over ``n / 3``, the uniform shuffle's), ``adjacent`` (:func:`adjacent_fraction`)
+    and ``epoch_correlation`` (:func:`position_correlation` of epochs 0 and 1).
+    """
+    rows = []
+    settings = [(0, 0, "unshuffled")] + [(c, w, "") for c in chunks for w in windows] \
+        + [(1, 1, "uniform (chunks of one record)")]
+    for chunk, window, note in settings:
+        if note == "unshuffled":
+            o0 = o1 = np.arange(n)
+        else:
+            o0 = epoch_order(n, chunk, window, seed, 0)
+            o1 = epoch_order(n, chunk, window, seed, 1)
+        dist = mean_batch_distance(o0, batch_size)
+        rows.append({"chunk": chunk, "window": window, "records_per_window": min(n, chunk * window)
+                     if chunk else 0,
+                     "note": note, "mean_distance": dist, "distance_vs_uniform": dist / (n / 3),
+                     "adjacent": adjacent_fraction(o0, batch_size),
+                     "epoch_correlation": position_correlation(o0, o1)})
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    """The rows of :func:`randomness_table` as a fixed-width text table."""
+    head = (f"{'chunk':>7} {'window':>6} {'rec/window':>10} {'mean dist':>10} {'vs uniform':>10} "
+            f"{'adjacent':>8} {'epoch corr':>10}  note")
+    lines = [head]
+    for r in rows:
+        lines.append(f"{r['chunk']:>7} {r['window']:>6} {r['records_per_window']:>10} "
+                     f"{r['mean_distance']:>10.1f} {r['distance_vs_uniform']:>10.3f} "
+                     f"{r['adjacent']:>8.3f} {r['epoch_correlation']:>10.3f}  {r['note']}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m lmdbio.shuffle [N] [BATCH]: the table for a dataset size
+    import sys
+
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 60000
+    batch = int(sys.argv[2]) if len(sys.argv) > 2 else 256
+    print(f"n = {n}, batch = {batch}, seed 0, epochs 0 and 1")
+    print(format_table(randomness_table(n, batch, chunks=(16, 64, 256, 1024), windows=(1, 4, 16))))
