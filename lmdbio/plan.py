@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Layout", "positions_touched", "positions_runs", "chunk_positions", "coalesce_batches",
+__all__ = ["Layout", "positions_touched", "positions_runs", "chunk_runs", "coalesce_batches",
            "plan_extents", "slot_bytes", "record_indices"]
 
 
@@ -46,13 +46,13 @@ def positions_runs(start: int, count: int, n: int) -> list[tuple[int, int]]:
     return runs
 
 
-def chunk_positions(chunk: int, k: int, batch: int, lo: int, count: int, n: int) -> np.ndarray:
-    """Positions a reader of ``count`` records at batch offset ``lo`` reads in chunk ``chunk``
-    (its ``k`` batches), batch by batch, in delivery order (int64)."""
-    first = chunk * k * batch + lo
-    p = (first + np.arange(k, dtype=np.int64)[:, None] * batch
-         + np.arange(count, dtype=np.int64)[None, :]) % n
-    return p.ravel()
+def chunk_runs(chunk: int, k: int, batch: int, lo: int, count: int, n: int) -> list[tuple[int, int]]:
+    """(first, count) runs of the records a reader of ``count`` records at batch offset ``lo``
+    reads in chunk ``chunk`` (its ``k`` batches), in delivery order."""
+    runs = []
+    for t in range(chunk * k, chunk * k + k):
+        runs += positions_runs(t * batch + lo, count, n)
+    return runs
 
 
 def record_indices(first: int, count: int, n: int) -> np.ndarray:
@@ -84,8 +84,8 @@ class Layout:
         """Position (not reduced mod n) of the reader's first record in batch ``t``."""
         return t * self.batch + self.lo
 
-    def positions(self, chunk: int) -> np.ndarray:
-        return chunk_positions(chunk, self.k, self.batch, self.lo, self.count, self.n)
+    def runs(self, chunk: int) -> list[tuple[int, int]]:
+        return chunk_runs(chunk, self.k, self.batch, self.lo, self.count, self.n)
 
     def touched(self) -> np.ndarray:
         """Every position this reader ever reads, ascending."""

@@ -77,23 +77,29 @@ class Table(Locator):
             raise SnapshotError(f"{self.path}: index positions reach {int(self._pos[-1])} but the "
                                 f"snapshot holds {lay.n} records")
 
-    def check_chunk(self, positions: np.ndarray) -> None:
+    def check_chunk(self, runs: list[tuple[int, int]]) -> None:
         """Before a chunk's extents are used (PROV ties them to the file's pages)."""
 
     def locate(self, chunk: int, rec) -> Extents:
         t = chunk * self.layout.k
         with rec.phase("locate", t) as row:
-            p = self.layout.positions(chunk)
-            self.check_chunk(p)
-            i = np.searchsorted(self._pos, p)
-            if (len(p) and int(i.max()) >= len(self._pos)) or not np.array_equal(self._pos[i], p):
-                bad = p[(i >= len(self._pos)) | (self._pos[np.minimum(i, len(self._pos) - 1)] != p)]
-                raise LmdbioError(f"{self.path}: the table has no entries for records "
-                                  f"{bad[:4].tolist()}... (internal error: please report)")
-            sizes = self._size[i]
-            start, length, buf_off = plan_extents(self._off[i], sizes)
+            runs = self.layout.runs(chunk)
+            self.check_chunk(runs)
+            offs, sizes = [], []
+            pos = self._pos
+            for first, count in runs:
+                # A run of positions is a run of the (sorted, unique) table if its ends match.
+                i0 = int(np.searchsorted(pos, first))
+                if (i0 + count > len(pos) or int(pos[i0]) != first
+                        or int(pos[i0 + count - 1]) != first + count - 1):
+                    raise LmdbioError(f"{self.path}: the table has no entries for records "
+                                      f"{first}..{first + count - 1} (internal error: please report)")
+                offs.append(self._off[i0:i0 + count])
+                sizes.append(self._size[i0:i0 + count])
+            size = np.concatenate(sizes)
+            start, length, buf_off = plan_extents(np.concatenate(offs), size)
             row["extents"] = len(start)
-        return Extents(start, length, buf_off, sizes)
+        return Extents(start, length, buf_off, size)
 
     def close(self) -> None:
         if self.snapshot is not None:

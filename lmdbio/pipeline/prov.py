@@ -87,10 +87,11 @@ class Prov(Table):
         self.prov.verify(self.fd, first, 1)
         self.prov.verify(self.fd, last, 1)
 
-    def check_chunk(self, positions: np.ndarray) -> None:
+    def check_chunk(self, runs: list[tuple[int, int]]) -> None:
         # The chunk's first and last records tie its record numbers to pages: two
         # leaf-page preads per chunk, not two per batch of a coalesced chunk.
-        self.verify_ends(int(positions[0]), int(positions[-1]))
+        (first, _), (last, count) = runs[0], runs[-1]
+        self.verify_ends(first, last + count - 1)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -158,7 +159,7 @@ class ProvOrIndex(Prov):
             return str(exc)
         return None
 
-    def check_chunk(self, positions: np.ndarray) -> None:
+    def check_chunk(self, runs: list[tuple[int, int]]) -> None:
         """Checked once at setup (first and last record of this rank's table)."""
 
     def describe(self) -> dict:

@@ -11,7 +11,6 @@ against where the records really were (``missed_pages``, ``extra_pages``).
 from __future__ import annotations
 
 import logging
-import os
 
 import numpy as np
 
