@@ -23,9 +23,12 @@ __all__ = [
 
 def __getattr__(name):
     # Reader pulls in mpi4py (MPI_Init): import it only when asked for.
-    if name in ("Reader", "Batch"):
-        from . import reader
-        return getattr(reader, name)
+    if name == "Reader":
+        from .reader import Reader
+        return Reader
+    if name == "Batch":
+        from .batch import Batch
+        return Batch
     if name == "make_dataset":
         from .datasets import make_dataset
         return make_dataset

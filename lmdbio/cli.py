@@ -25,14 +25,14 @@ def _cmd_make_dataset(args) -> int:
 
 
 def _cmd_info(args) -> int:
-    from .inspect import describe
+    from .info import describe
 
     print(json.dumps(describe(args.path), indent=2))
     return 0
 
 
 def _cmd_dump(args) -> int:
-    from .inspect import dump
+    from .info import dump
 
     dump(args.path, sys.stdout)
     return 0

@@ -179,7 +179,8 @@ def describe_dataset(path: str | os.PathLike, name: str) -> dict:
     """Pages, record sizes and a summary of one dataset, as tables for the results files."""
     import pandas as pd
 
-    from .index import build_index, describe
+    from .index import build_index
+    from .info import describe
 
     pages = page_types(path)
     pages.insert(0, "dataset", name)

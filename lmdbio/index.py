@@ -6,8 +6,8 @@ damaged file gives one :class:`~lmdbio.errors.LmdbFormatError`, never a hang.
 :func:`check_tree` is the same walk as a cheap check before LMDB's own C code
 is handed a file (the mmap readers). A :class:`Snapshot` holds an LMDB read
 transaction so a concurrent writer cannot recycle the pages an index points
-to. Nothing here imports ``lmdb`` except :class:`Snapshot`. ``describe`` and
-``dump`` live in :mod:`lmdbio.inspect`.
+to; its py-lmdb calls live in :mod:`lmdbio.lmdbenv`. ``describe`` and
+``dump`` live in :mod:`lmdbio.info`, which builds on this module.
 """
 
 from __future__ import annotations
@@ -277,37 +277,20 @@ class Snapshot:
     """
 
     def __init__(self, path, *, retries: int = 20):
-        import lmdb
+        from .lmdbenv import acquire, begin_pinned
 
         self.path = fmt.db_file(path)
         self.closed = False
-        from .lmdbenv import acquire
-
         self._handle = acquire(self.path)
-        self._env, self.locked = self._handle.env, self._handle.locked
+        self.locked = self._handle.locked
         try:
-            for _ in range(retries):
-                try:
-                    txn = self._env.begin(buffers=True)
-                except lmdb.Error as exc:
-                    from .io import lmdb_error
-
-                    raise lmdb_error(exc, self.path, "beginning a read transaction") from exc
-                tid = txn.id()
-                found = [m for m in fmt.meta_candidates(self.path) if m.txnid == tid]
-                if found:
-                    self._txn = txn
-                    self.txnid = tid
-                    self.meta = fmt.validate_meta(found[0])
-                    return
-                # A writer committed twice between begin() and reading the metas: retry.
-                txn.abort()
-            raise SnapshotError(f"{self.path}: could not pin a snapshot in {retries} tries "
-                                "(writer too busy); try again")
+            self._txn, meta = begin_pinned(self._handle.env, self.path, retries)
         except BaseException:
             self._handle.release()
             self.closed = True
             raise
+        self.txnid = self._txn.id()
+        self.meta = fmt.validate_meta(meta)
 
     @property
     def txn(self):
@@ -351,11 +334,3 @@ def open_snapshot(path) -> Snapshot:
     """Open a :class:`Snapshot` of the LMDB at ``path`` (needs the ``lmdb`` package)."""
     return Snapshot(path)
 
-
-def __getattr__(name):
-    # describe/dump moved to lmdbio.inspect (so index -> provenance is one way); old imports work.
-    if name in ("describe", "dump"):
-        from . import inspect
-
-        return getattr(inspect, name)
-    raise AttributeError(f"module 'lmdbio.index' has no attribute {name!r}")

@@ -1,4 +1,6 @@
-"""Every LMDB environment lmdbio opens: one per real file per process, shared and counted.
+"""Every py-lmdb call lmdbio makes: environments, snapshots, cursor walks, error translation.
+
+Environments: one per real file per process, shared and counted.
 
 py-lmdb allows one Environment per path per process ("already open in this
 process"), and LMDB's reader lock only protects a snapshot when readers and
@@ -18,12 +20,45 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import format as fmt
-from .errors import AccessError, LmdbioError
+import numpy as np
 
-__all__ = ["EnvHandle", "acquire", "real_location", "lock_path"]
+from . import format as fmt
+from .errors import AccessError, LmdbFormatError, LmdbioError, SnapshotError
+
+__all__ = ["EnvHandle", "acquire", "real_location", "lock_path", "lmdb_error", "begin_pinned",
+           "CursorWalker"]
 
 log = logging.getLogger("lmdbio")
+
+# py-lmdb errors that mean the file's pages are not what LMDB expects.
+_LMDB_FORMAT_ERRORS = ("CorruptedError", "PageNotFoundError", "BadValsizeError", "CursorFullError",
+                       "InvalidError", "VersionMismatchError", "BadTxnError", "IncompatibleError",
+                       "PanicError", "BadChecksumError", "ProblemError", "BadDbiError",
+                       "PageFullError", "EnvEncryptionError")
+
+
+def lmdb_error(exc: Exception, path, doing: str) -> LmdbioError:
+    """An LmdbioError for a py-lmdb error met while ``doing`` something with ``path``.
+
+    Damage (corrupted or missing pages, bad sizes, wrong version) becomes an
+    :class:`LmdbFormatError`; anything else (reader table full, map resized,
+    lock file trouble) a plain :class:`LmdbioError`. Both name the file and
+    what to do.
+    """
+    import lmdb
+
+    kinds = tuple(getattr(lmdb, n) for n in _LMDB_FORMAT_ERRORS if hasattr(lmdb, n))
+    what = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    if isinstance(exc, kinds):
+        err = LmdbFormatError(f"{path}: LMDB reports a damaged file while {doing} ({what}); "
+                              f"check it with `lmdbio info {path}` and restore or rebuild the "
+                              "database")
+    else:
+        err = LmdbioError(f"{path}: LMDB failed while {doing} ({what}); check the file, its "
+                          "directory's permissions and other processes using it, then retry")
+    err.__cause__ = exc
+    return err
+
 
 _ENVS: dict[tuple, list] = {}
 _LOCK = threading.Lock()
@@ -109,8 +144,6 @@ def acquire(path, *, max_readers: int = 126) -> EnvHandle:
     """
     import lmdb
 
-    from .io import lmdb_error
-
     real, where, subdir = real_location(path)
     key = (os.getpid(), where, subdir)
     with _LOCK:
@@ -155,3 +188,212 @@ def acquire(path, *, max_readers: int = 126) -> EnvHandle:
 
 def _already_open(exc: Exception) -> bool:
     return "already open in this process" in str(exc)
+
+
+def begin_pinned(env, path, retries: int = 20):
+    """A read transaction on ``env`` and the meta page of the version it pins: ``(txn, meta)``.
+
+    The meta whose txnid is the transaction's names the version's tree; when
+    a writer committed twice between ``begin()`` and reading the metas, try
+    again (at most ``retries`` times, then SnapshotError).
+    """
+    import lmdb
+
+    for _ in range(retries):
+        try:
+            txn = env.begin(buffers=True)
+        except lmdb.Error as exc:
+            raise lmdb_error(exc, path, "beginning a read transaction") from exc
+        tid = txn.id()
+        found = [m for m in fmt.meta_candidates(path) if m.txnid == tid]
+        if found:
+            return txn, found[0]
+        txn.abort()
+    raise SnapshotError(f"{path}: could not pin a snapshot in {retries} tries "
+                        "(writer too busy); try again")
+
+
+def entries(env, txn) -> int:
+    """Records in the main DB as ``txn`` sees it."""
+    return txn.stat(env.open_db(txn=txn))["entries"]
+
+
+class CursorWalker:
+    """An LMDB cursor that moves the way Caffe's does: ``next()``, wrapping at the end.
+
+    It knows its record position so a caller can ask to walk to a target
+    position; every step is counted. Values are memoryviews into LMDB's map
+    (valid while the read transaction lives), so copying them is where the
+    page faults happen.
+    """
+
+    def __init__(self, env, n: int, path=None):
+        import lmdb
+
+        self.env = env
+        self.n = n
+        if path is None:
+            where = Path(env.path())
+            path = where / "data.mdb" if where.is_dir() else where
+        self.path = path
+        self._lmdb_error = lmdb.Error
+        self.txn = self.cursor = None
+        self.fd = -1   # data.mdb: the size check, DM's read-ahead advice
+        try:
+            self.txn = env.begin(buffers=True)
+            self.cursor = self.txn.cursor()
+            found = self.cursor.first()
+        except lmdb.Error as exc:
+            self.close()
+            raise lmdb_error(exc, self.path, "opening a cursor") from exc
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY)
+            self.need = self._snapshot_bytes()
+        except BaseException:
+            self.close()
+            raise
+        if not found:
+            self.close()
+            raise LmdbioError(f"{self.path}: the database has no records")
+        self.pos = 0
+        self.walked = 0
+
+    def _snapshot_bytes(self) -> int:
+        """Bytes of data.mdb this read transaction's pages lie in: (its meta's last page + 1) pages."""
+        tid = self.txn.id()
+        metas = [m for m in fmt.meta_candidates(self.fd, name=str(self.path)) if m.txnid == tid]
+        if metas:
+            return (metas[0].last_pgno + 1) * metas[0].psize
+        # A writer committed twice since begin(): the newest meta's pages include ours.
+        m = fmt.read_meta(self.fd, name=str(self.path))
+        return (m.last_pgno + 1) * m.psize
+
+    def check_size(self) -> None:
+        """Raise LmdbFormatError if data.mdb shrank below this snapshot's pages.
+
+        Touching a mapped page past the end of a file kills the process with
+        SIGBUS, so the mmap readers look before each walk and each copy. A
+        truncation between this check and the copy is still fatal (a race
+        no user-space check can close); it needs someone truncating a live
+        database, which LMDB itself never does.
+        """
+        size = os.fstat(self.fd).st_size
+        if size < self.need:
+            raise LmdbFormatError(
+                f"{self.path}: the file shrank to {size} bytes while being read; this reader's "
+                f"snapshot needs {self.need} bytes. Another process truncated or replaced it: "
+                "restore the database, then start the job again")
+
+    def skip_to(self, target: int) -> None:
+        """Walk ``next()`` until the cursor is on record ``target`` (mod n)."""
+        self.check_size()
+        steps = (target - self.pos) % self.n
+        nxt, first = self.cursor.next, self.cursor.first
+        try:
+            for _ in range(steps):
+                if not nxt():
+                    first()
+        except self._lmdb_error as exc:
+            raise lmdb_error(exc, self.path, f"walking the cursor to record {target % self.n}") from exc
+        self.pos = target % self.n
+        self.walked += steps
+
+    def seek_key(self, key: bytes, pos: int) -> None:
+        """Position on ``key`` (record ``pos``): a B-tree descent, DM's portable cursor."""
+        self.check_size()
+        try:
+            found = self.cursor.set_key(key)
+        except self._lmdb_error as exc:
+            raise lmdb_error(exc, self.path, f"seeking key {key!r}") from exc
+        if not found:
+            raise LmdbioError(f"{self.path}: portable cursor key {key!r} is not in the database "
+                              "(the file changed or is damaged)")
+        self.pos = pos % self.n
+
+    def take(self, count: int) -> list:
+        """The next ``count`` values (walking over them); the cursor ends after the last."""
+        self.check_size()
+        out = []
+        cur = self.cursor
+        append, value, nxt, first = out.append, cur.value, cur.next, cur.first
+        try:
+            for _ in range(count):
+                append(value())
+                if not nxt():
+                    first()
+        except self._lmdb_error as exc:
+            raise lmdb_error(exc, self.path, f"reading record {(self.pos + len(out)) % self.n}") from exc
+        self.pos = (self.pos + count) % self.n
+        self.walked += count
+        return out
+
+    def map_base(self, psize: int, header_size: int) -> int | None:
+        """The address at which LMDB mapped page 0 of the file, or None if it cannot be told.
+
+        ``env.info()["map_addr"]`` is 0 unless the map is fixed (MDB_FIXEDMAP), so
+        take a pointer known to lie in the map: the current key, which lives
+        in its leaf page. That page starts at the key's address rounded down
+        to the page size (the map is page-aligned) and begins with its own
+        page number, so page 0 is ``psize * pgno`` below it.
+        """
+        import ctypes
+
+        key = self.cursor.key()
+        if not len(key):
+            return None
+        addr = np.frombuffer(key, dtype=np.uint8).ctypes.data
+        page = addr - addr % psize
+        pgno = int.from_bytes(ctypes.string_at(page, 8), "little")
+        flags = int.from_bytes(ctypes.string_at(page + header_size - 6, 2), "little")
+        if pgno <= 1 or pgno * psize >= self.need or not flags & 0x02:   # not a leaf page: give up
+            return None
+        return page - pgno * psize
+
+    def map_address(self, psize: int, header_size: int) -> int | None:
+        """Where LMDB mapped page 0: ``env.info()`` when it knows (a fixed map), else :meth:`map_base`."""
+        return self.env.info()["map_addr"] or self.map_base(psize, header_size)
+
+    def advise(self, offset: int, length: int) -> None:
+        """Ask the kernel to read ``length`` bytes at ``offset`` of data.mdb ahead (WILLNEED)."""
+        os.posix_fadvise(self.fd, offset, length, os.POSIX_FADV_WILLNEED)
+
+    def snapshot_id(self) -> tuple[int, int]:
+        """``(txnid, entries)`` of this walker's read transaction."""
+        return self.txn.id(), entries(self.env, self.txn)
+
+    def txnid(self) -> int:
+        return self.txn.id()
+
+    def getter(self):
+        """``txn.get`` of this walker's snapshot (values are memoryviews into the map)."""
+        return self.txn.get
+
+    def keys_where(self, want: np.ndarray) -> list[bytes]:
+        """Keys of the records ``i`` with ``want[i]``, listed by a cursor over every key.
+
+        A cursor listing keys still reads the first page of every overflow
+        value (LMDB returns the value with the key): on cold storage that is
+        the whole file, so it is a fallback only.
+        """
+        cur = self.txn.cursor()
+        try:
+            return [bytes(k) for i, k in enumerate(cur.iternext(keys=True, values=False)) if want[i]]
+        finally:
+            cur.close()
+
+    def key(self) -> bytes:
+        try:
+            return bytes(self.cursor.key())
+        except self._lmdb_error as exc:
+            raise lmdb_error(exc, self.path, "reading the cursor's key") from exc
+
+    def close(self) -> None:
+        if self.cursor is not None:
+            self.cursor.close()
+            self.cursor = None
+        if self.txn is not None:
+            self.txn.abort()
+            self.txn = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

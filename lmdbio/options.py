@@ -35,7 +35,7 @@ class Options:
     Attributes:
         localized: LMM. Readers per node read for their group and share the
             records through MPI-3 shared memory. False: every rank reads its
-            own records (:mod:`lmdbio.perrank`): Caffe's cursor walk (``lmdb``),
+            own records (:class:`lmdbio.pipeline.distribute.Private`): Caffe's cursor walk (``lmdb``),
             ``txn.get`` per key (``lmdb-get``: locate ``key``) or direct
             reads (``lmdbio-direct``: locate ``index``/``provenance``, fetch
             ``pread``, coalescing a rank's own batches).

@@ -10,7 +10,7 @@ from mpi4py import MPI
 from .errors import PeerError, PeerTimeoutError
 from .waiting import completes_within, timeout, wait_word, wake_word, word_address
 
-__all__ = ["GroupBuffer"]
+__all__ = ["GroupBuffer", "prefault"]
 
 # Windows that close() could not free because a peer had left: kept mapped
 # until the process ends, so a late view never faults.
@@ -100,10 +100,7 @@ class GroupBuffer:
         """Touch every page of the slots once, so the first batches do not pay the page
         faults (the reader writes, the members map the pages by reading them)."""
         for d in self._data:
-            if self.is_reader:
-                d[::4096] = 0
-            else:
-                int(d[::4096].sum())
+            prefault(d, write=self.is_reader)
 
     def _batches(self, chunk: int) -> str:
         k = self.batches_per_chunk
@@ -325,6 +322,15 @@ class GroupBuffer:
             del arrays[:]
             _free(wins)
         parked[:] = keep
+
+
+def prefault(buf: np.ndarray, write: bool = True) -> None:
+    """Touch every page of ``buf`` once (writing, or reading where another process writes),
+    so the first batches do not pay its page faults."""
+    if write:
+        buf[::4096] = 0
+    else:
+        int(buf[::4096].sum())
 
 
 def _viewed(arrays: list) -> bool:

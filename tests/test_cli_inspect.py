@@ -13,7 +13,8 @@ import pytest
 
 from corrupt_helpers import ensure_mdb_tools, lmdb_items, make_db
 from lmdbio.cli import main
-from lmdbio.index import build_index, dump
+from lmdbio.index import build_index
+from lmdbio.info import dump
 
 
 @pytest.fixture(scope="session")

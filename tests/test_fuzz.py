@@ -134,7 +134,7 @@ def check_dir(casedir: Path, entries: int, build_prov: bool = False):
     import lmdbio
     from lmdbio.errors import LmdbioError
     from lmdbio.index import build_index
-    from lmdbio.inspect import describe, dump
+    from lmdbio.info import describe, dump
 
     steps, bad, messages = {}, [], {}
 

@@ -147,7 +147,7 @@ def test_impossible_options_are_clear_errors():
 
 
 def test_plan_extents_covers_records_with_fewest_reads():
-    from lmdbio.io import plan_extents, positions_runs
+    from lmdbio.plan import plan_extents, positions_runs
 
     offs = np.array([100, 5000, 9000, 20, 200000])
     sizes = np.array([50, 3000, 3000, 10, 5])

@@ -1,0 +1,123 @@
+"""Distributors: where a reader's chunk lands, and how each rank gets its share as a Batch.
+
+:class:`Private` (per-rank variants): every rank reads its own records into
+its own memory. :class:`NodeGroup` (LMM): one reader per group fills rotating
+MPI-3 shared-memory slots (:class:`~lmdbio.shm.GroupBuffer`) and the group's
+ranks view their records there. A distributor also says who reads what: the
+offset and count of the records its reader reads in every batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..batch import Batch
+from .stage import Distributor
+
+__all__ = ["Private", "PrivateSlots", "NodeGroup"]
+
+
+class Private(Distributor):
+    """Every rank reads its own ``per_rank`` records of each batch into private memory.
+
+    Each chunk gets a fresh buffer (Caffe's baselines copy into new memory).
+    """
+
+    name = "private"
+
+    SLOTS = 0
+
+    def __init__(self, comm, topology, per_rank: int):
+        self.readers = comm          # every rank reads
+        self.lo, self.count = comm.rank * per_rank, per_rank
+        self.nslots = self.SLOTS
+        self._slots: list[np.ndarray] = []
+        self._buf = None
+
+    def setup(self, layout, capacity: int) -> None:
+        from ..shm import prefault
+
+        self.k = layout.k
+        self._slots = [np.empty(capacity, dtype=np.uint8) for _ in range(self.nslots)]
+        for s in self._slots:
+            prefault(s)   # now, not in the first batches
+
+    def reserve(self, chunk: int, nbytes: int) -> np.ndarray:
+        if not self.nslots:
+            self._buf = np.empty(nbytes, dtype=np.uint8)
+            return self._buf
+        slot = chunk % self.nslots
+        if nbytes > len(self._slots[slot]):
+            self._slots[slot] = np.empty(int(nbytes * 1.25), dtype=np.uint8)
+        self._buf = self._slots[slot]
+        return self._buf
+
+    def publish(self, chunk: int, offsets: np.ndarray, sizes: np.ndarray, rec, t: int) -> None:
+        self._offs = offsets.reshape(self.k, self.count)
+        self._sizes = sizes.reshape(self.k, self.count)
+
+    def batch(self, chunk: int, it: int, indices: np.ndarray) -> Batch:
+        return Batch(self._buf, self._offs[it], self._sizes[it], indices)
+
+    def close(self, limit: float, agree: bool) -> None:
+        self._slots = []
+
+
+class PrivateSlots(Private):
+    """Private memory in rotating buffers, faulted in at setup (``lmdbio-direct``): three keep
+    every batch valid until the rank's second following read; batches are views."""
+
+    name = "private-slots"
+    SLOTS = 3
+
+
+class NodeGroup(Distributor):
+    """LMM: the group's reader fills shared slots; every rank of the group views its records."""
+
+    name = "node-group"
+
+    def __init__(self, comm, topology, per_rank: int):
+        self.topology = topology
+        self.is_reader = topology.is_reader
+        self.readers = topology.readers_comm   # None on ranks that do not read
+        self.lo = topology.group_ranks[0] * per_rank
+        self.count = topology.group_comm.size * per_rank
+        self.member_lo = topology.group_comm.rank * per_rank
+        self.per_rank = per_rank
+        self.gb = None
+
+    def setup(self, layout, capacity: int) -> None:
+        from ..shm import GroupBuffer
+
+        # More slots for small chunks (a deeper pipeline), within about 64 MiB.
+        nslots = int(min(16, max(GroupBuffer.MIN_SLOTS, (64 << 20) // capacity)))
+        topo = self.topology
+        self.gb = GroupBuffer(topo.group_comm, layout.count * layout.k, capacity, nslots,
+                              names=topo.group_ranks, batches_per_chunk=layout.k)
+
+    def reserve(self, chunk: int, nbytes: int) -> np.ndarray:
+        return self.gb.reserve(chunk, nbytes)
+
+    def publish(self, chunk: int, offsets: np.ndarray, sizes: np.ndarray, rec, t: int) -> None:
+        with rec.phase("distribute", t, chain=True):
+            self.gb.publish(chunk, offsets, sizes)
+
+    def receive(self, chunk: int, rec, t: int) -> None:
+        with rec.phase("wait", t):
+            self.gb.receive(chunk)
+
+    def batch(self, chunk: int, it: int, indices: np.ndarray) -> Batch:
+        data, offs, sizes = self.gb.current(chunk)
+        lo = it * self.count + self.member_lo
+        # Copies: the header slot is rewritten when the slot comes round again.
+        return Batch(data, offs[lo:lo + self.per_rank].copy(), sizes[lo:lo + self.per_rank].copy(),
+                     indices)
+
+    def abandon(self) -> None:
+        if self.gb is not None:
+            self.gb.abandon()
+
+    def close(self, limit: float, agree: bool) -> None:
+        gb, self.gb = self.gb, None
+        if gb is not None:
+            gb.close(limit, agree=agree)

@@ -1,0 +1,118 @@
+"""DIO's locator: byte extents from a record index, walked once and scattered.
+
+One rank of the readers walks the index of its snapshot (branch and leaf
+pages only) and sends each reader the (offset, size) of only the records it
+will ever read; each chunk's records are then looked up in that table and
+planned into the fewest extents for the fetcher's preads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..collective import collective
+from ..errors import LmdbioError, SnapshotError
+from ..index import open_snapshot
+from ..plan import plan_extents, positions_touched
+from .stage import Extents, Locator
+
+__all__ = ["Index", "Table", "scatter_index"]
+
+
+def scatter_index(comm, snapshot, n: int, batch: int, lo: int, count: int,
+                  row: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """DIO's index pass, once: rank 0 of ``comm`` walks ``snapshot``'s index and sends each rank
+    only the records it will read (:func:`positions_touched` of its ``lo``, ``count``).
+
+    Collective over ``comm``; a failed walk raises on every rank. Returns this rank's
+    ``(positions, offsets, sizes)`` (int64), checked against its own snapshot.
+    """
+    wants = comm.gather((lo, count), root=0)
+    idx = collective(comm, lambda: snapshot.build_index() if comm.rank == 0 else None)
+    if comm.rank == 0:
+        row["pages_read"] = idx.pages_read
+        parts = []
+        for w_lo, w_count in wants:
+            pos = positions_touched(n, batch, w_lo, w_count)
+            parts.append((pos, idx.offsets[pos].astype(np.int64), idx.sizes[pos].astype(np.int64),
+                          idx.txnid))
+        for k in range(1, comm.size):
+            comm.send(parts[k], dest=k, tag=11)
+        mine = parts[0]
+    else:
+        mine = comm.recv(source=0, tag=11)
+    pos, offsets, sizes, txnid = mine
+    snapshot.check(txnid)
+    return pos, offsets, sizes
+
+
+class Table(Locator):
+    """Locates through a table of (position, offset, size) of every record this reader reads.
+
+    Holds a :class:`~lmdbio.index.Snapshot` (an LMDB read transaction) so a
+    writer cannot recycle the pages the offsets point to.
+    """
+
+    def __init__(self):
+        self.snapshot = None
+        self.path = None
+        self.layout = None
+        self._pos = self._off = self._size = None
+
+    def open(self, path, meta, nprocs: int) -> None:
+        self.path = path
+        self.snapshot = open_snapshot(path)
+        self.locked = bool(self.snapshot.locked)
+
+    def snapshot_id(self) -> tuple[int, int] | None:
+        s = self.snapshot
+        return (s.txnid, s.meta.entries) if s is not None else None
+
+    def scatter(self, readers, row: dict) -> None:
+        """Fill the table from the record index (collective over ``readers``)."""
+        lay = self.layout
+        self._pos, self._off, self._size = scatter_index(readers, self.snapshot, lay.n, lay.batch,
+                                                         lay.lo, lay.count, row)
+        if len(self._pos) and int(self._pos[-1]) >= lay.n:
+            raise SnapshotError(f"{self.path}: index positions reach {int(self._pos[-1])} but the "
+                                f"snapshot holds {lay.n} records")
+
+    def check_chunk(self, runs: list[tuple[int, int]]) -> None:
+        """Before a chunk's extents are used (PROV ties them to the file's pages)."""
+
+    def locate(self, chunk: int, rec) -> Extents:
+        t = chunk * self.layout.k
+        with rec.phase("locate", t) as row:
+            runs = self.layout.runs(chunk)
+            self.check_chunk(runs)
+            offs, sizes = [], []
+            pos = self._pos
+            for first, count in runs:
+                # A run of positions is a run of the (sorted, unique) table if its ends match.
+                i0 = int(np.searchsorted(pos, first))
+                if (i0 + count > len(pos) or int(pos[i0]) != first
+                        or int(pos[i0 + count - 1]) != first + count - 1):
+                    raise LmdbioError(f"{self.path}: the table has no entries for records "
+                                      f"{first}..{first + count - 1} (internal error: please report)")
+                offs.append(self._off[i0:i0 + count])
+                sizes.append(self._size[i0:i0 + count])
+            size = np.concatenate(sizes)
+            start, length, buf_off = plan_extents(np.concatenate(offs), size)
+            row["extents"] = len(start)
+        return Extents(start, length, buf_off, size)
+
+    def close(self) -> None:
+        if self.snapshot is not None:
+            snap, self.snapshot = self.snapshot, None
+            snap.close()
+
+
+class Index(Table):
+    """DIO: the table comes from one walk of the record index, scattered to the readers."""
+
+    name = "index"
+
+    def setup(self, comm, readers, layout, row: dict) -> None:
+        self.layout = layout
+        # Collective over the whole communicator: ranks that do not read learn of a failure too.
+        collective(comm, lambda: self.scatter(readers, row) if readers is not None else None)

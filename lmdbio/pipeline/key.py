@@ -1,0 +1,75 @@
+"""Key (``lmdb-get``): the PyTorch-Dataset pattern. Each rank lists its keys once at setup
+and calls ``txn.get(key)`` per record, with LMDB's reader lock on."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..collective import collective
+from ..errors import LmdbioError, SnapshotError
+from ..index import build_index
+from ..plan import positions_runs
+from .stage import Views
+from .walk import Walk
+
+__all__ = ["Key"]
+
+
+class Key(Walk):
+    """Locate by key: this rank's keys, listed from the leaf pages of its snapshot."""
+
+    name = "key"
+
+    def __init__(self):
+        super().__init__()
+        self.keys_from = ""
+        self._path = None
+
+    def open(self, path, meta, nprocs: int) -> None:
+        self._path = path
+        super().open(path, meta, nprocs)   # the walker's read transaction is the snapshot
+
+    def setup(self, comm, readers, layout, row: dict) -> None:
+        super().setup(comm, readers, layout, row)
+        collective(comm, self._list_keys, row)
+
+    def _list_keys(self, row: dict) -> None:
+        # As a Dataset does in __init__: list the keys (here only this rank's).
+        n = self.layout.n
+        self._pos = self.layout.touched()
+        self._keys = self._keys_from_leaves()
+        self.keys_from = "leaf pages" if self._keys is not None else "cursor"
+        if self._keys is None:
+            want = np.zeros(n, dtype=bool)
+            want[self._pos] = True
+            self._keys = self.walker.keys_where(want)
+        if len(self._keys) != len(self._pos):
+            raise SnapshotError(f"{self._path}: found {len(self._keys)} of this rank's "
+                                f"{len(self._pos)} keys in the snapshot; the database changed")
+        self._get = self.walker.getter()
+        row["keys_listed"] = len(self._keys)
+
+    def _keys_from_leaves(self) -> list[bytes] | None:
+        """This rank's keys from the leaf pages of its own snapshot (the stored key list a
+        Dataset would load), or None when that snapshot is not the current tree (a writer
+        committed since): the cursor lists them then."""
+        n = self.layout.n
+        try:
+            idx = build_index(self._path)
+            if idx.txnid != self.walker.txnid() or len(idx) != n:
+                return None
+            # Our read transaction pins this version's pages, so the walk was safe.
+            keys = idx.keys(0, n)
+        except LmdbioError:
+            return None
+        return [keys[i] for i in self._pos.tolist()]
+
+    def locate(self, chunk: int, rec) -> Views:
+        t = chunk * self.layout.k
+        with rec.phase("locate", t):
+            keys = []
+            for a, m in positions_runs(self.layout.first(t), self.layout.count, self.layout.n):
+                i0 = int(np.searchsorted(self._pos, a))
+                keys += self._keys[i0:i0 + m]
+        get = self._get
+        return Views(self.walker.check_size, lookup=lambda: [get(k) for k in keys])

@@ -1,0 +1,141 @@
+"""DM: the readers pass a portable cursor (key, record number) around a ring.
+
+Each reader seeks to the key the previous reader hands it (one B-tree
+descent) and walks only its own records, instead of walking everyone's.
+Speculation: while it waits for the cursor, a reader asks the kernel
+(``POSIX_FADV_WILLNEED``) for the byte range its next records are predicted
+to occupy, extrapolated from its last two ranges, and scores the prediction
+against where the records really were (``missed_pages``, ``extra_pages``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ..errors import PeerTimeoutError
+from ..waiting import completes_within, timeout, wait_request
+from .stage import Views
+from .walk import Walk
+
+__all__ = ["Ring"]
+
+log = logging.getLogger("lmdbio")
+
+_TAG = 21
+
+
+class Ring(Walk):
+    """Locate by seeking to the key the previous reader passes, then walking this reader's records."""
+
+    name = "ring"
+
+    def __init__(self, speculative: bool):
+        super().__init__()
+        self.speculative = speculative
+        self.readers = None
+        self.rank = -1
+        self._pending: list = []
+        self._map_addr = self._pred = None
+        self._last_ranges: list[tuple[int, int]] = []
+        self._meta = None
+
+    @classmethod
+    def from_options(cls, options, build_provenance: bool = False) -> "Ring":
+        return cls(options.speculative)
+
+    def open(self, path, meta, nprocs: int) -> None:
+        super().open(path, meta, nprocs)
+        self._meta = meta
+        if self.speculative:
+            self._map_addr = self.walker.map_address(meta.psize, meta.header_size)
+            if self._map_addr is None:
+                log.warning("lmdbio: %s: cannot tell where LMDB mapped the file; DM runs "
+                            "without speculative reads", path)
+
+    def setup(self, comm, readers, layout, row: dict) -> None:
+        super().setup(comm, readers, layout, row)
+        self.readers, self.rank = readers, comm.rank
+
+    def locate(self, chunk: int, rec) -> Views:
+        t = chunk * self.layout.k
+        w, rc = self.walker, self.readers
+        first = self.layout.first(t)
+        k, R = rc.rank, rc.size
+        if self.speculative:
+            self._speculate(t, rec)
+        with rec.phase("ring_wait", t):
+            if R > 1 and not (k == 0 and t == 0):
+                key, pos = wait_request(
+                    rc.irecv(source=(k - 1) % R, tag=_TAG), timeout(),
+                    f"rank {self.rank}: the previous reader of the DM ring (reader "
+                    f"{(k - 1) % R}) did not pass the cursor for batch {t}")
+            else:
+                key = pos = None
+        with rec.phase("locate", t) as row:
+            w0 = w.walked
+            if key is not None:
+                w.seek_key(key, pos)
+            elif t == 0 and w.pos != first:
+                w.skip_to(first)   # single reader at the start: already at record 0
+            values = w.take(self.layout.count)
+            row["records_walked"] = w.walked - w0
+            if R > 1:
+                self._pending.append(rc.isend((w.key(), w.pos), dest=(k + 1) % R, tag=_TAG))
+                if len(self._pending) > 4:
+                    self._pending.pop(0).wait()
+        return Views(w.check_size, values)
+
+    def fetched(self, located: Views, row: dict) -> None:
+        if self.speculative:
+            self._score(located.values, row)
+
+    def _speculate(self, t: int, rec) -> None:
+        with rec.phase("speculate", t) as row:
+            self._pred = None
+            if len(self._last_ranges) >= 2:
+                (a0, a1), (b0, b1) = self._last_ranges[-2:]
+                lo, hi = b0 + (b0 - a0), b1 + (b1 - a1)
+                lo, hi = max(0, lo), min(self._meta.file_size, hi)
+                if hi > lo:
+                    self.walker.advise(lo, hi - lo)
+                    self._pred = (lo, hi)
+                    row["bytes"] = hi - lo
+                    row["pages"] = -(-hi // self._meta.psize) - lo // self._meta.psize
+
+    def _score(self, values: list, row: dict) -> None:
+        """Where this batch's records really were (file offsets), against the prediction."""
+        if not values or self._map_addr is None:
+            return
+        first = np.frombuffer(values[0], dtype=np.uint8)
+        last = np.frombuffer(values[-1], dtype=np.uint8)
+        lo = first.ctypes.data - self._map_addr
+        hi = last.ctypes.data - self._map_addr + len(values[-1])
+        page = self._meta.psize
+        if hi < lo:   # the group's records wrapped around the end of the file: no trend, no score
+            self._last_ranges.clear()
+            return
+        self._last_ranges.append((lo, hi))
+        del self._last_ranges[:-2]
+        a0, a1 = lo // page, -(-hi // page)
+        if self._pred is None:
+            row["missed_pages"], row["extra_pages"] = a1 - a0, 0
+            return
+        p0, p1 = self._pred[0] // page, -(-self._pred[1] // page)
+        overlap = max(0, min(a1, p1) - max(a0, p0))
+        row["missed_pages"] = (a1 - a0) - overlap
+        row["extra_pages"] = (p1 - p0) - overlap
+
+    def finish(self, failed: bool, batches: int) -> None:
+        rc = self.readers
+        # The last reader's hand-off for the batch after the last one is still in flight.
+        if rc is not None and not failed and rc.size > 1 and rc.rank == 0 and batches > 0:
+            wait_request(rc.irecv(source=rc.size - 1, tag=_TAG), timeout(),
+                         f"rank {self.rank}: the last reader of the DM ring did not pass "
+                         "its final cursor (it stopped early or exited)")
+        for r in self._pending:
+            if not completes_within(r, timeout()):
+                raise PeerTimeoutError(f"rank {self.rank}: a DM-ring hand-off was not received "
+                                       f"within {timeout():g} s (LMDBIO_TIMEOUT)")
+        self._pending.clear()

@@ -1,0 +1,132 @@
+"""The stage protocols a variant is built from, and what a Locator hands a Fetcher.
+
+A reader's chunk goes Locator -> (Stagger) -> Fetcher -> Distributor. Each
+stage owns the handles it opens (read transaction, cursor, file descriptor,
+shared memory) and closes them; stages talk through these methods only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["Views", "Extents", "Locator", "Fetcher", "Distributor"]
+
+
+@dataclass
+class Views:
+    """Records as memoryviews into LMDB's map (valid while the locator's snapshot lives).
+
+    ``values`` were taken while locating (a cursor walk); ``lookup`` gets
+    them during the fetch instead (``txn.get`` per key). ``guard`` raises if
+    the file shrank below the snapshot (touching the map there is SIGBUS).
+    """
+
+    guard: Callable[[], None]
+    values: list | None = None
+    lookup: Callable[[], list] | None = None
+
+    def take(self) -> list:
+        self.guard()
+        return self.values if self.lookup is None else self.lookup()
+
+
+@dataclass
+class Extents:
+    """Records as planned file extents (:func:`lmdbio.plan.plan_extents`): read
+    ``length[e]`` bytes at ``start[e]`` back to back; record i lands at ``buf_off[i]``."""
+
+    start: np.ndarray
+    length: np.ndarray
+    buf_off: np.ndarray
+    sizes: np.ndarray
+
+
+class Locator:
+    """Finds a reader's records: opens the snapshot it reads, then locates one chunk at a time."""
+
+    name = ""
+    #: LMDB's reader lock protects this locator's snapshot (None: nothing open).
+    locked: bool | None = None
+
+    @classmethod
+    def from_options(cls, options, build_provenance: bool = False) -> "Locator":
+        return cls()
+
+    def prepare(self, comm, path) -> None:
+        """Before the database is opened; collective over ``comm``."""
+
+    def open(self, path, meta, nprocs: int) -> None:
+        """Open the snapshot (reader ranks only, inside the Reader's snapshot agreement)."""
+
+    def snapshot_id(self) -> tuple[int, int] | None:
+        """``(txnid, entries)`` of the open snapshot, or None if none is open."""
+        return None
+
+    def setup(self, comm, readers, layout, row: dict) -> None:
+        """Once every rank holds the agreed snapshot; collective over ``comm`` (``readers``:
+        the readers' communicator, None on ranks that do not read)."""
+
+    def locate(self, chunk: int, rec) -> Views | Extents:
+        raise NotImplementedError
+
+    def fetched(self, located, row: dict) -> None:
+        """After the fetch of ``located`` (in its ``read`` phase)."""
+
+    def finish(self, failed: bool, batches: int) -> None:
+        """At close, before the ranks agree: complete this stage's messages (bounded).
+        ``failed``: this rank is leaving with an error; ``batches``: batches it delivered."""
+
+    def close(self) -> None:
+        """Release every handle; safe to call twice."""
+
+    def describe(self) -> dict:
+        """Choices made at setup, for ``Reader.stats()``."""
+        return {}
+
+
+class Fetcher:
+    """Gets located records' bytes into a buffer the Distributor provides."""
+
+    name = ""
+
+    def open(self, path) -> None:
+        """Open what it reads with (reader ranks only)."""
+
+    def fetch(self, located, alloc: Callable[[int], np.ndarray],
+              row: dict) -> tuple[np.ndarray, np.ndarray]:
+        """Fill ``alloc(nbytes)``; returns the records' ``(offsets, sizes)`` in it."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release every handle; safe to call twice."""
+
+
+class Distributor:
+    """Owns the buffers chunks land in, and hands each rank its share of a batch as a Batch."""
+
+    name = ""
+    is_reader = True
+
+    def setup(self, layout, capacity: int) -> None:
+        """Allocate the buffers (collective over the ranks that share them)."""
+
+    def reserve(self, chunk: int, nbytes: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def publish(self, chunk: int, offsets: np.ndarray, sizes: np.ndarray, rec, t: int) -> None:
+        raise NotImplementedError
+
+    def receive(self, chunk: int, rec, t: int) -> None:
+        """Ranks that do not read: wait until ``chunk`` is published."""
+
+    def batch(self, chunk: int, it: int, indices: np.ndarray):
+        raise NotImplementedError
+
+    def abandon(self) -> None:
+        """This rank failed: tell the ranks waiting on it (best effort)."""
+
+    def close(self, limit: float, agree: bool) -> None:
+        """Free the buffers (collective when ``agree``)."""

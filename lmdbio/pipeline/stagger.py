@@ -1,0 +1,104 @@
+"""STAG: readers take turns in groups, so at most one group's requests hit storage at a time."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+
+from ..waiting import wait_request
+
+__all__ = ["Stagger", "NoStagger"]
+
+
+class Stagger:
+    """STAG: readers in groups of ``size``; at most one group reads at a time.
+
+    Group g starts its reads only after every reader of group g-1 has finished:
+    the readers of group g-1 report to their group's first reader, which
+    releases them; each then sends a message to the reader at the same
+    position in group g. Group 0 does not wait. Every wait is bounded by
+    ``LMDBIO_TIMEOUT`` and names the rank (world rank, from ``names``) it waited for.
+    """
+
+    TAG = 7331
+    DONE, GO = 7332, 7333
+
+    def __init__(self, readers_comm, size: int, names: tuple[int, ...] | None = None):
+        self.comm = readers_comm
+        self.size = max(1, int(size))
+        self.names = tuple(names) if names is not None else tuple(range(readers_comm.size))
+        k = readers_comm.rank
+        self.group = k // self.size
+        self.first = self.group * self.size
+        self.last = min(self.first + self.size, readers_comm.size) - 1
+        self.prev = k - self.size if k - self.size >= 0 else None
+        self.next = k + self.size if k + self.size < readers_comm.size else None
+        self._pending = []
+        self._turn = 0
+
+    @classmethod
+    def join(cls, topology, size: int | None) -> "Stagger":
+        """This reader's place in the readers' turns (collective over the readers);
+        ``size`` readers per group, None or 0 for half the readers."""
+        names = tuple(topology.readers_comm.allgather(topology.comm.rank))
+        return cls(topology.readers_comm, size or max(1, topology.nreaders // 2), names=names)
+
+    def _who(self, k: int) -> str:
+        return f"rank {self.names[k]}"
+
+    def wait_turn(self) -> None:
+        if self.prev is not None:
+            me = self.names[self.comm.rank]
+            wait_request(self.comm.irecv(source=self.prev, tag=self.TAG), what=(
+                f"rank {me}: {self._who(self.prev)}, a reader of the previous stagger group, did "
+                f"not pass its turn {self._turn} (it stopped answering or stopped reading)"))
+        self._turn += 1
+
+    def pass_turn(self) -> None:
+        """Every reader of this group has read: then each tells its partner in the next group."""
+        k, me = self.comm.rank, self.names[self.comm.rank]
+        if k == self.first:
+            for j in range(self.first + 1, self.last + 1):
+                wait_request(self.comm.irecv(source=j, tag=self.DONE), what=(
+                    f"rank {me}: {self._who(j)}, a reader of its stagger group, did not finish its "
+                    f"turn {self._turn - 1} (it stopped answering or stopped reading)"))
+            for j in range(self.first + 1, self.last + 1):
+                self._pending.append(self.comm.isend(None, dest=j, tag=self.GO))
+        else:
+            self._pending.append(self.comm.isend(None, dest=self.first, tag=self.DONE))
+            wait_request(self.comm.irecv(source=self.first, tag=self.GO), what=(
+                f"rank {me}: {self._who(self.first)}, the first reader of its stagger group, did "
+                f"not confirm turn {self._turn - 1} (it stopped answering or stopped reading)"))
+        if self.next is not None:
+            self._pending.append(self.comm.isend(None, dest=self.next, tag=self.TAG))
+        while len(self._pending) > 4 * (self.size + 2):
+            self._pending.pop(0).wait()
+
+    def close(self) -> None:
+        for r in self._pending:
+            r.wait()
+        self._pending.clear()
+
+    @contextmanager
+    def turn(self, rec, t: int):
+        """Wait for this group's turn (phase ``stagger_wait``), run the block, pass the turn on.
+
+        A block that raises does not pass the turn: the next group's wait ends
+        at its timeout, naming this rank.
+        """
+        with rec.phase("stagger_wait", t, chain=True):
+            self.wait_turn()
+        yield
+        self.pass_turn()
+
+    def finish(self) -> None:
+        self.close()
+
+
+class NoStagger:
+    """Every reader reads whenever it is ready."""
+
+    def turn(self, rec, t: int):
+        return nullcontext()
+
+    def finish(self) -> None:
+        pass
