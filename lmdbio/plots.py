@@ -452,7 +452,7 @@ def training(summary: pd.DataFrame, meta: dict | None = None):
     d = d.assign(au_pct=d["au"] * 100)
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10.5, 4))
     # Whole bar: the training time; its lower part, paled: the compute inside it.
-    sns.barplot(data=d, x="nprocs", y="wall_s", errorbar=None, ax=a1, **hue)
+    sns.barplot(data=d, x="nprocs", y="wall_s", errorbar=None, saturation=1, ax=a1, **hue)
     pale = {**hue, "palette": {v: "white" for v in hue["hue_order"]}}
     sns.barplot(data=d, x="nprocs", y="compute_s", errorbar=None, alpha=0.65, legend=False, ax=a1, **pale)
     sns.lineplot(data=d, x="nprocs", y="au_pct", marker="o", errorbar=None, ax=a2, **hue)

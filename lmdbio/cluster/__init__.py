@@ -28,8 +28,7 @@ Engines and their end: every engine runs with ``LMDBIO_ON_ERROR=raise`` (an
 error inside ``with Reader`` raised on every rank reaches the notebook and
 leaves the engines usable) and a watchdog process that ends the engine within
 seconds when the client process (same host) or the controller is gone (the
-controller has one too, for the client). A
-cluster is stopped through ipyparallel's shutdown request, so engines leave
+controller has one too, for the client). A cluster is stopped through ipyparallel's shutdown request, so engines leave
 through ``MPI_Finalize``; only engines that do not answer are killed, and
 the MPICH shared-memory files (``/dev/shm/mpich_shm_*``) they had mapped are
 then removed.
@@ -40,6 +39,7 @@ Modules: :mod:`~lmdbio.cluster.mpicluster` (MPICluster),
 (engines end with their client), :mod:`~lmdbio.cluster.engines` (mpiexec,
 engine records, MPICH segments).
 """
+
 from __future__ import annotations
 
 from .engines import ENGINE_ENV, engine_process, mpiexec, shm_files

@@ -1,6 +1,5 @@
 """MPICluster: an ipyparallel cluster of MPI engines, started and stopped as a context manager."""
 
-
 from __future__ import annotations
 
 import logging
