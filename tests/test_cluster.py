@@ -118,7 +118,7 @@ def test_run_needs_a_started_cluster():
         C.MPICluster(n=2).run(E.engine_info, 1)
 
 
-# --- a real cluster of 2 MPI engines ---------------------------------------------------------------
+# --- a real cluster of 2 MPI engines (slow: a controller and two engines start) -----------------
 # The engines start in tests/ so that the functions below (pickled by module
 # name) import there as they do here.
 HERE = Path(__file__).resolve().parent
@@ -149,6 +149,7 @@ def _raise_on_rank0_others_wait(comm):
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_subcommunicators(cl):
     assert cl.run(_size_and_rank, 2) == [(2, 0), (2, 1)]
     assert cl.run(_size_and_rank, 1) == [(1, 0)]
@@ -158,6 +159,7 @@ def test_subcommunicators(cl):
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_engine_info_and_shared_memory(cl):
     info = cl.run(E.engine_info, 2)
     assert [i["rank"] for i in info] == [0, 1]
@@ -168,6 +170,7 @@ def test_engine_info_and_shared_memory(cl):
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_failure_on_every_rank_is_raised(cl):
     with pytest.raises(C.EngineFailure, match="boom"):
         cl.run(_raise_on_all, 2)
@@ -196,6 +199,7 @@ def _reader_reads(comm, path):
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_an_error_inside_with_reader_reaches_the_notebook_and_engines_stay(cl, datasets):
     """Engines run with LMDBIO_ON_ERROR=raise: a cell's error is an exception, never MPI_Abort."""
     assert cl.run(_on_error, 2) == ["raise", "raise"]
@@ -206,6 +210,7 @@ def test_an_error_inside_with_reader_reaches_the_notebook_and_engines_stay(cl, d
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_datasets_pages_and_timeline(cl, tmp_path):
     path = tmp_path / "c"
     made = E.ensure_datasets(cl, [dict(path=str(path), preset="cifar10", records=300, commit_every=100)])
