@@ -10,13 +10,15 @@ SCALE   ?= default
 CLUSTER ?= mpi
 SLURM_DIR ?= build/slurm
 
-.PHONY: venv lock test test-slurm fuzz reproduce datasets notebooks figures strip lab bench bench-issue6 bench-issue15 bench-pfs bench-throttle bench-faulters \
+.PHONY: venv lock test test-fast test-slurm fuzz reproduce datasets notebooks figures strip lab bench bench-issue6 bench-issue15 bench-pfs bench-throttle bench-faulters \
 	cluster-up cluster-down clean help
 
 help:
 	@echo "make reproduce  - venv, datasets, experiments, notebooks, figures (the main job)"
 	@echo "                  SCALE=tiny|default|large CLUSTER=mpi|slurm (default: default, mpi)"
-	@echo "make test       - venv and the whole test suite"
+	@echo "make test       - venv and the whole test suite (about 11 min)"
+	@echo "make test-fast  - unit and small MPI tests: no notebooks, Slurm, FUSE, throttled devices,"
+	@echo "                  fuzz campaign or tests marked slow (under 2 min)"
 	@echo "make venv       - create/update .venv: pyproject.toml's [dev] extra, pinned by constraints.txt"
 	@echo "make lock       - rewrite constraints.txt from the current .venv"
 	@echo "make test-slurm - only the tests on a local 2-node Slurm (pytest -m slurm)"
@@ -24,7 +26,7 @@ help:
 	@echo "make cluster-up / cluster-down - a 2-node Slurm on this host, to try CLUSTER=slurm by hand"
 	@echo "make datasets   - the default datasets under $(DATA)/"
 	@echo "make figures    - replot every figure and the claims table from committed results (no MPI, no FUSE)"
-	@echo "make strip      - strip outputs from notebooks/*.ipynb before committing (a test checks it)"
+	@echo "make strip      - nbstripout on notebooks/*.ipynb before committing (a test checks it)"
 	@echo "make lab        - JupyterLab on notebooks/"
 	@echo "make bench      - a quick lmdbio bench sweep (prints a table)"
 	@echo "make bench-issue6 - the full variants x P=1,4,16 x warm/cold sweep (about 15 min)"
@@ -60,6 +62,11 @@ lock: venv
 test: venv
 	$(BIN)/python -m pytest tests
 
+# The inner loop: markers in pyproject.toml, the slow list in tests/conftest.py.
+FAST := not slow and not notebooks and not slurm and not fuse and not throttled and not fuzz
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "$(FAST)" tests
+
 # Default datasets; the experiments and notebooks read them from $(DATA)/.
 $(DATA)/cifar10/data.mdb: | venv
 	$(LMDBIO) make-dataset --preset cifar10 --records 60000 --out $(DATA)/cifar10 --force
@@ -81,7 +88,8 @@ figures: venv
 	$(BIN)/python -m lmdbio.notebook_runner --replot --out build/figures-notebooks
 	$(BIN)/python -m lmdbio.claims
 
-# The notebooks are the source, committed stripped: run this before committing an edited one.
+# The notebooks are the source, committed stripped (nbstripout, with lmdbio's settings):
+# run this before committing an edited one.
 strip: venv
 	$(BIN)/python -m lmdbio.notebook_runner --strip
 

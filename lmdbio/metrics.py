@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 __all__ = ["PhaseRecorder", "proc_io", "evict", "residency", "resident_pages", "rusage_snapshot", "totals_snapshot",
-           "totals_row", "host_meta", "git_commit", "results_meta"]
+           "totals_row", "host_meta", "git_commit", "results_meta", "write_results_meta"]
 
 _RUSAGE_FIELDS = ("ru_utime", "ru_stime", "ru_nvcsw", "ru_nivcsw", "ru_minflt", "ru_majflt")
 
@@ -273,7 +273,17 @@ def host_meta() -> dict:
     return meta
 
 
-def results_meta(config: dict) -> dict:
-    """meta.json of a results folder: ``host`` (:func:`host_meta`), commit, time, config."""
+def results_meta(config: dict, **extra) -> dict:
+    """meta.json of a results folder: ``host`` (:func:`host_meta`), commit, time, config, ``extra``."""
     return {"host": host_meta(), "git_commit": git_commit(),
-            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config}
+            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config, **extra}
+
+
+def write_results_meta(out_dir: str | os.PathLike, config: dict, **extra) -> str:
+    """Write :func:`results_meta` as ``out_dir/meta.json`` (the one writer); returns its path."""
+    import json
+
+    path = os.path.join(out_dir, "meta.json")
+    with open(path, "w") as f:
+        f.write(json.dumps(results_meta(config, **extra), indent=2, default=str) + "\n")
+    return path

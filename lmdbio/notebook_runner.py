@@ -15,15 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from .metrics import git_commit, host_meta
+from .metrics import host_meta, write_results_meta
 from .scales import CLUSTER_ENV, REPO, SCALES as _SCALES
 
 __all__ = ["REPO", "NOTEBOOKS", "notebooks", "run_notebooks", "save_results", "host_meta",
-           "results_dir", "strip", "unstripped", "main"]
+           "results_dir", "strip", "unstripped", "STRIP_EXTRA_KEYS", "main"]
 
 NOTEBOOKS = REPO / "notebooks"
 SCALES = tuple(_SCALES)
@@ -37,50 +38,52 @@ def notebooks(only: list[str] | None = None, root: Path = NOTEBOOKS) -> list[Pat
     return found
 
 
-#: The only notebook-level metadata a committed notebook keeps.
-KEEP_METADATA = ("kernelspec", "language_info")
+#: What nbstripout removes besides outputs, counts and its own list (widgets, cell execution
+#: times, ...): what papermill and JupyterLab add. Cell ids stay (they are stable, e.g. "03-01").
+STRIP_EXTRA_KEYS = (
+    "metadata.papermill", "cell.metadata.papermill", "cell.metadata.trusted", "metadata.vscode",
+    *(f"metadata.language_info.{k}" for k in ("codemirror_mode", "file_extension", "mimetype",
+                                              "nbconvert_exporter", "pygments_lexer", "version")),
+)
 
 
-def strip(nb):
-    """The notebook as it is committed: no outputs, no execution counts, no cell or run metadata.
+def _nbstripout(paths: list[Path], *flags: str) -> subprocess.CompletedProcess:
+    """Run nbstripout on ``paths`` with this project's settings; raises on a file it cannot read."""
+    cmd = [sys.executable, "-m", "nbstripout", "--keep-id", "--extra-keys", " ".join(STRIP_EXTRA_KEYS),
+           *flags, *map(str, paths)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode not in (0, 1) or done.stderr.strip():
+        raise RuntimeError(f"nbstripout failed on {', '.join(map(str, paths))}: {done.stderr.strip()}")
+    return done
 
-    Cells keep their ``tags`` (papermill's ``parameters``); the notebook keeps
-    ``kernelspec`` and the language name. Edits made in JupyterLab survive;
-    only what running it adds goes.
+
+def strip(paths: list[str | os.PathLike]) -> None:
+    """Strip notebooks in place as they are committed: no outputs, counts or run metadata.
+
+    nbstripout does it; cells keep their ``tags`` (papermill's
+    ``parameters``) and ids, the notebook its ``kernelspec``.
     """
-    nb.metadata = {k: v for k, v in nb.metadata.items() if k in KEEP_METADATA}
-    if "language_info" in nb.metadata:
-        nb.metadata["language_info"] = {"name": nb.metadata["language_info"].get("name", "python")}
-    for cell in nb.cells:
-        tags = cell.metadata.get("tags")
-        cell.metadata = {"tags": tags} if tags else {}
-        if cell.cell_type == "code":
-            cell.outputs = []
-            cell.execution_count = None
-    return nb
+    if paths:
+        _nbstripout([Path(p) for p in paths])
 
 
-def unstripped(path: str | os.PathLike) -> bool:
-    """True when the file on disk differs from its stripped form (outputs or run metadata left)."""
-    import nbformat
-
-    text = Path(path).read_text()
-    clean = nbformat.writes(strip(nbformat.reads(text, as_version=4)))
-    return text.rstrip("\n") != clean.rstrip("\n")
+def unstripped(paths: str | os.PathLike | list[str | os.PathLike]) -> list[Path]:
+    """The files nbstripout would change (outputs or run metadata left); one nbstripout run."""
+    paths = [Path(paths)] if isinstance(paths, (str, os.PathLike)) else [Path(p) for p in paths]
+    if not paths:
+        return []
+    said = _nbstripout(paths, "--verify").stdout
+    return [p for p in paths if f"would have stripped {p}\n" in said]
 
 
 def _strip_files(paths: list[Path], check: bool) -> int:
-    import nbformat
-
-    dirty = [p for p in paths if unstripped(p)]
+    dirty = unstripped(paths)
     if check:
         for p in dirty:
-            print(f"{p}: has outputs or run metadata; run: python -m lmdbio.notebook_runner --strip",
-                  file=sys.stderr)
+            print(f"{p}: has outputs or run metadata; run: make strip", file=sys.stderr)
         return 1 if dirty else 0
+    strip(dirty)
     for p in dirty:
-        nb = strip(nbformat.read(p, as_version=4))
-        nbformat.write(nb, p)
         print(f"stripped {p}")
     return 0
 
@@ -104,10 +107,7 @@ def save_results(out_dir: str | os.PathLike, tables: dict, config: dict) -> Path
             stale.unlink(missing_ok=True)
         df.to_csv(f, index=False)
         files.append(f.name)
-    meta = {"host": host_meta(), "git_commit": git_commit(),
-            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config,
-            "scale": config.get("scale"), "files": sorted(files)}
-    (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    write_results_meta(out, config, scale=config.get("scale"), files=sorted(files))
     return out
 
 

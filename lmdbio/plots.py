@@ -1,7 +1,8 @@
 """Figures: one seaborn style, one fixed colour per variant, one function per figure kind.
 
-Every function reads tidy results (DataFrames loaded from ``data/results``)
-and returns a matplotlib Figure; nothing here measures. :func:`save` writes
+Every function reads tidy results (DataFrames loaded from ``data/results``,
+shaped by :mod:`lmdbio.tables`) and returns a matplotlib Figure; one line
+per variant is seaborn's ``hue``. Nothing here measures. :func:`save` writes
 ``figures/NN_name.png`` and ``.svg``.
 """
 
@@ -11,7 +12,7 @@ import json
 import os
 import textwrap
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -19,17 +20,20 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from .options import EXTRA_VARIANTS, VARIANTS
+from .tables import MMAP_VARIANTS, label, ok_rows, per_iteration, requests_per_iteration, speedup_table
+
 __all__ = [
     "VARIANTS", "VARIANT_COLORS", "PHASE_COLORS", "PAGE_COLORS", "label", "setup", "save",
     "load", "machine", "subtitle",
-    "environment", "page_map", "record_sizes", "per_iteration", "time_breakdown", "contention",
-    "seek_cost", "MMAP_VARIANTS", "requests_per_iteration", "io_requests", "optimization",
-    "prov_model", "coalescing", "timelines", "scaling", "speedup_table", "training",
+    "environment", "page_map", "record_sizes", "time_breakdown", "contention",
+    "seek_cost", "io_requests", "optimization",
+    "prov_model", "coalescing", "timelines", "scaling", "training",
     "SETTING_TITLES", "claim_settings",
+    # data shaping lives in lmdbio.tables; these names stay here for the notebooks that call them
+    "per_iteration", "requests_per_iteration", "speedup_table", "MMAP_VARIANTS",
 ]
 
-VARIANTS = ("lmdb", "lmdbio-lmm", "lmdbio-lmm-dm", "lmdbio-lmm-dio", "lmdbio-lmm-dio-prov",
-            "lmdbio-lmm-dio-prov-coal", "lmdbio-lmm-dio-prov-coal-stag")
 # Fixed colours: LMDB grey-red, then the LMDBIO stack light to dark; "raw" is the pread limit.
 VARIANT_COLORS = dict(zip(VARIANTS + ("raw",), (
     "#c0392b", "#f39c12", "#8e44ad", "#2e86c1", "#17a589", "#1e8449", "#0b3d2e", "#7f8c8d")))
@@ -42,9 +46,18 @@ PAGE_COLORS = {"meta": "#2c3e50", "branch": "#e74c3c", "leaf": "#f1c40f", "overf
                "free": "#ecf0f1"}
 
 
-def label(variant: str) -> str:
-    """Paper spelling of a variant (``lmdbio-lmm-dio`` -> ``LMDBIO-LMM-DIO``; ``raw`` -> pread limit)."""
-    return "pread limit (raw)" if variant == "raw" else variant.upper()
+def _by_variant(df: pd.DataFrame, name: Callable[[str], str] = label) -> tuple[pd.DataFrame, dict]:
+    """``df`` with its ``variant`` column spelled for a legend, and seaborn's hue arguments for it.
+
+    Variants come in the papers' order, each in its fixed colour.
+    """
+    present = list(dict.fromkeys(df["variant"]))
+    known = [v for v in (*VARIANTS, *EXTRA_VARIANTS, "raw") if v in present]
+    order = known + [v for v in present if v not in known]
+    names = {v: name(v) for v in order}
+    hue = dict(hue="variant", hue_order=[names[v] for v in order],
+               palette={names[v]: VARIANT_COLORS.get(v, "#333333") for v in order})
+    return df.assign(variant=df["variant"].map(names)), hue
 
 
 def setup() -> None:
@@ -176,30 +189,10 @@ def record_sizes(records: pd.DataFrame, meta: dict | None = None):
 
 # --- 02 LMDB analysis --------------------------------------------------------------------------
 
-def _ok(df: pd.DataFrame) -> pd.DataFrame:
-    return df[df["status"] == "ok"] if "status" in df else df
-
-
-def per_iteration(points: pd.DataFrame, level: str, phases: Sequence[str], columns: Sequence[str],
-                  by: Sequence[str] = ("variant", "nprocs")) -> pd.DataFrame:
-    """bench points rows -> per rank per iteration sums of ``columns`` over ``phases``, then
-    ``<col>`` (mean over ranks and repeats) and ``<col>_sum`` (summed over ranks, mean over repeats)."""
-    d = _ok(points)
-    d = d[(d["level"] == level) & d["phase"].isin(phases)]
-    keys = [*by, "repeat", "rank"]
-    per_rank = d.groupby(keys, as_index=False).agg({**{c: "sum" for c in columns}, "iters": "first"})
-    for c in columns:
-        per_rank[c] = per_rank[c] / per_rank["iters"]
-    mean = per_rank.groupby([*by, "repeat"], as_index=False)[list(columns)].mean()
-    total = per_rank.groupby([*by, "repeat"], as_index=False)[list(columns)].sum()
-    out = mean.merge(total, on=[*by, "repeat"], suffixes=("", "_sum"))
-    return out.groupby(list(by), as_index=False).mean(numeric_only=True).drop(columns="repeat")
-
-
 def time_breakdown(summary: pd.DataFrame, meta: dict | None = None,
                    title: str = "LMDB: where one training iteration's time goes"):
     """Stacked bars of seconds per iteration (mean over ranks): I/O, waiting, allreduce, compute."""
-    d = _ok(summary).copy()
+    d = ok_rows(summary).copy()
     parts = {"read_s": ("I/O (read)", PHASE_COLORS["read"]), "wait_s": ("I/O wait", PHASE_COLORS["wait"]),
              "comm_s": ("gradient allreduce", PHASE_COLORS["allreduce"]),
              "compute_s": ("compute (emulated)", PHASE_COLORS["compute"])}
@@ -228,12 +221,14 @@ def contention(points: pd.DataFrame, meta: dict | None = None, variants: Sequenc
     """Problem 1: sleep time and context switches per iteration (summed over ranks) vs processes per node."""
     m = per_iteration(points[points["variant"].isin(variants)], "step", ["total"],
                       ["sleep_s", "vcsw", "ivcsw"])
+    d, hue = _by_variant(m.assign(sleep_ms=m["sleep_s_sum"] * 1e3))
+    switches = d.melt(id_vars=["variant", "nprocs"], value_vars=["vcsw_sum", "ivcsw_sum"],
+                      var_name="switch", value_name="switches")
+    switches["switch"] = switches["switch"].map({"vcsw_sum": "voluntary", "ivcsw_sum": "involuntary"})
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.5, 3.8))
-    for v, g in m.groupby("variant"):
-        c = VARIANT_COLORS.get(v, "#333")
-        a1.plot(g["nprocs"], g["sleep_s_sum"] * 1e3, "o-", color=c, label=label(v))
-        a2.plot(g["nprocs"], g["vcsw_sum"], "o-", color=c, label=f"{label(v)} voluntary")
-        a2.plot(g["nprocs"], g["ivcsw_sum"], "s--", color=c, alpha=0.6, label=f"{label(v)} involuntary")
+    sns.lineplot(data=d, x="nprocs", y="sleep_ms", marker="o", errorbar=None, ax=a1, **hue)
+    sns.lineplot(data=switches, x="nprocs", y="switches", style="switch",
+                 style_order=["voluntary", "involuntary"], markers=["o", "s"], errorbar=None, ax=a2, **hue)
     a1.set_ylabel("sleep time per iteration,\nsummed over ranks (ms)")
     a2.set_ylabel("context switches per iteration,\nsummed over ranks")
     a1.legend(fontsize=8)
@@ -251,15 +246,15 @@ def seek_cost(points: pd.DataFrame, meta: dict | None = None, variants: Sequence
     """Problem 2: records a rank's cursor walks per iteration vs the records it keeps, vs processes."""
     d = points[points["variant"].isin(variants)]
     m = per_iteration(d, "reader", ["locate"], ["records_walked", "wall_s"])
-    own = _ok(d).groupby(["variant", "nprocs"], as_index=False)["batch_size"].first()
+    own = ok_rows(d).groupby(["variant", "nprocs"], as_index=False)["batch_size"].first()
     m = m.merge(own, on=["variant", "nprocs"])
+    walked, hue_w = _by_variant(m, lambda v: f"{label(v)}: walked")
+    timed, hue_t = _by_variant(m.assign(locate_ms=m["wall_s"] * 1e3))
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.5, 3.8))
-    for v, g in m.groupby("variant"):
-        c = VARIANT_COLORS.get(v, "#333")
-        a1.plot(g["nprocs"], g["records_walked"], "o-", color=c, label=f"{label(v)}: walked")
-        a2.plot(g["nprocs"], g["wall_s"] * 1e3, "o-", color=c, label=label(v))
-    g = m.drop_duplicates("nprocs")
-    a1.plot(g["nprocs"], g["batch_size"] / g["nprocs"], "k:", label="records the rank keeps (B/P)")
+    sns.lineplot(data=walked, x="nprocs", y="records_walked", marker="o", errorbar=None, ax=a1, **hue_w)
+    sns.lineplot(data=timed, x="nprocs", y="locate_ms", marker="o", errorbar=None, ax=a2, **hue_t)
+    keep = m.drop_duplicates("nprocs").sort_values("nprocs")
+    a1.plot(keep["nprocs"], keep["batch_size"] / keep["nprocs"], "k:", label="records the rank keeps (B/P)")
     a1.set_ylabel("records per rank per iteration")
     a1.set_yscale("log", base=2)
     a2.set_ylabel("cursor locate time per rank\nper iteration (ms)")
@@ -273,35 +268,16 @@ def seek_cost(points: pd.DataFrame, meta: dict | None = None, variants: Sequence
     return fig
 
 
-#: Variants whose data arrives through LMDB's mmap (page faults); the others issue preads.
-MMAP_VARIANTS = ("lmdb", "lmdbio-lmm", "lmdbio-lmm-dm")
-
-
-def requests_per_iteration(points: pd.DataFrame) -> pd.DataFrame:
-    """Read requests per iteration: page faults (minor + major) for mmap variants, pread calls else.
-
-    Counted in the reader's locate and read phases. Columns: variant, nprocs,
-    requests (mean over ranks), requests_sum (all ranks), bytes, bytes_per_request.
-    """
-    d = points.assign(faults=points["minflt"].fillna(0) + points["majflt"].fillna(0))
-    m = per_iteration(d, "reader", ["locate", "read"], ["faults", "calls", "bytes"])
-    mmap = m["variant"].isin(MMAP_VARIANTS)
-    m["requests"] = np.where(mmap, m["faults"], m["calls"])
-    m["requests_sum"] = np.where(mmap, m["faults_sum"], m["calls_sum"])
-    m["bytes_per_request"] = m["bytes_sum"] / pd.Series(m["requests_sum"]).replace(0, np.nan)
-    return m
-
-
 def io_requests(points: pd.DataFrame, meta: dict | None = None,
                 variants: Sequence[str] = ("lmdb", "lmdbio-lmm-dio")):
     """Problem 3: requests per iteration (page faults for mmap, preads for DIO) and their size."""
     m = requests_per_iteration(points[points["variant"].isin(variants)])
+    kind = {True: "page faults", False: "pread calls"}
+    count, hue_c = _by_variant(m, lambda v: f"{label(v)} ({kind[v in MMAP_VARIANTS]})")
+    size, hue_s = _by_variant(m.assign(kib_per_request=m["bytes_per_request"] / 1024))
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.5, 3.8))
-    for v, g in m.groupby("variant"):
-        c = VARIANT_COLORS.get(v, "#333")
-        kind = "page faults" if v in MMAP_VARIANTS else "pread calls"
-        a1.plot(g["nprocs"], g["requests_sum"], "o-", color=c, label=f"{label(v)} ({kind})")
-        a2.plot(g["nprocs"], g["bytes_per_request"] / 1024, "o-", color=c, label=label(v))
+    sns.lineplot(data=count, x="nprocs", y="requests_sum", marker="o", errorbar=None, ax=a1, **hue_c)
+    sns.lineplot(data=size, x="nprocs", y="kib_per_request", marker="o", errorbar=None, ax=a2, **hue_s)
     for a in (a1, a2):
         _pow2_ticks(a, m["nprocs"])
         a.set_yscale("log")
@@ -321,21 +297,18 @@ def optimization(summary: pd.DataFrame, variants: Sequence[str], mechanism: pd.D
                  mech_log: bool = False):
     """Left: throughput vs processes (cold solid, warm dashed). Right: the mechanism's own metric.
 
-    ``mechanism`` has columns variant, nprocs and ``mech_col`` (e.g. from :func:`per_iteration`).
+    ``mechanism`` has columns variant, nprocs and ``mech_col`` (e.g. from
+    :func:`lmdbio.tables.per_iteration`). Error bars: standard deviation over repeats.
     """
     ncols = 2 if mechanism is not None else 1
     fig, axes = plt.subplots(1, ncols, figsize=(5.0 * ncols + 0.6, 4), squeeze=False)
     a1 = axes[0, 0]
-    d = _ok(summary)
-    d = d[d["variant"].isin(variants)]
-    for v in variants:
-        for cache, ls in (("cold", "-"), ("warm", "--")):
-            g = d[(d["variant"] == v) & (d["cache"] == cache)]
-            if g.empty:
-                continue
-            g = g.groupby("nprocs")["records_per_s"].agg(["mean", "std"]).reset_index()
-            a1.errorbar(g["nprocs"], g["mean"], yerr=g["std"].fillna(0), fmt="o" + ls, capsize=3,
-                        color=VARIANT_COLORS.get(v, "#333"), label=f"{label(v)}, {cache}")
+    d = ok_rows(summary)
+    d, hue = _by_variant(d[d["variant"].isin(variants)])
+    caches = [c for c in ("cold", "warm") if c in set(d["cache"])]
+    sns.lineplot(data=d, x="nprocs", y="records_per_s", style="cache", style_order=caches,
+                 dashes={"cold": "", "warm": (4, 2)}, markers={"cold": "o", "warm": "o"},
+                 errorbar="sd", err_style="bars", err_kws={"capsize": 3}, ax=a1, **hue)
     _pow2_ticks(a1, d["nprocs"])
     a1.set_yscale("log")
     a1.set_xlabel("processes")
@@ -343,11 +316,8 @@ def optimization(summary: pd.DataFrame, variants: Sequence[str], mechanism: pd.D
     a1.legend(fontsize=7)
     if mechanism is not None:
         a2 = axes[0, 1]
-        for v in variants:
-            g = mechanism[mechanism["variant"] == v]
-            if g.empty:
-                continue
-            a2.plot(g["nprocs"], g[mech_col], "o-", color=VARIANT_COLORS.get(v, "#333"), label=label(v))
+        mech, hue_m = _by_variant(mechanism[mechanism["variant"].isin(variants)])
+        sns.lineplot(data=mech, x="nprocs", y=mech_col, marker="o", errorbar=None, ax=a2, **hue_m)
         _pow2_ticks(a2, mechanism["nprocs"])
         if mech_log:
             a2.set_yscale("log")
@@ -398,15 +368,16 @@ def coalescing(rows: pd.DataFrame, meta: dict | None = None):
     """Throughput vs coalesced request size, one line per process count (reader_timeline rows)."""
     d = rows.drop_duplicates(["variant", "nprocs", "coalesce_bytes", "cache", "repeat"]
                              if "repeat" in rows else ["variant", "nprocs", "coalesce_bytes", "cache"])
-    d = d.assign(mb_per_s=d["record_bytes"] / d["wall_s_total"] / 1e6)
+    d = d.assign(mb_per_s=d["record_bytes"] / d["wall_s_total"] / 1e6, mib=d["coalesce_bytes"] / 2**20,
+                 P=d["nprocs"].map(lambda p: f"P={p}"))
+    procs = [f"P={p}" for p in sorted(d["nprocs"].unique())]
+    palette = dict(zip(procs, sns.color_palette("crest", len(procs))))
     fig, ax = plt.subplots(figsize=(6.6, 4))
-    pal = sns.color_palette("crest", d["nprocs"].nunique())
-    for c, (p, g) in zip(pal, d.groupby("nprocs")):
-        coal = g[g["coalesce_bytes"] > 0].groupby("coalesce_bytes")["mb_per_s"].mean()
-        ax.plot(coal.index / 2**20, coal.to_numpy(), "o-", color=c, label=f"P={p}")
-        base = g[g["coalesce_bytes"] == 0]["mb_per_s"].mean()
-        if base == base:
-            ax.axhline(base, color=c, ls=":", lw=1)
+    sns.lineplot(data=d[d["coalesce_bytes"] > 0], x="mib", y="mb_per_s", hue="P", hue_order=procs,
+                 palette=palette, marker="o", errorbar=None, ax=ax)
+    base = d[d["coalesce_bytes"] == 0].groupby("P")["mb_per_s"].mean()
+    ax.hlines(base.to_numpy(), 0, 1, transform=ax.get_yaxis_transform(), linestyles=":", lw=1,
+              colors=[palette[p] for p in base.index])
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel("coalesced request target (MiB, log2)")
@@ -454,14 +425,17 @@ def timelines(rows: pd.DataFrame, meta: dict | None = None, phases=("read", "sta
 
 def scaling(summary: pd.DataFrame, meta: dict | None = None, metric: str = "wall_s",
             ylabel: str = "time for the timed iterations (s, log)", title: str = "All variants vs processes"):
-    """The poster's headline figure: log time vs processes, one line per variant (+ pread limit)."""
-    d = _ok(summary)
+    """The poster's headline figure: log time vs processes, one line per variant (+ pread limit).
+
+    Error bars: standard deviation over repeats.
+    """
+    d, hue = _by_variant(ok_rows(summary))
+    limit = label("raw")
     fig, ax = plt.subplots(figsize=(7.4, 4.4))
-    order = [v for v in (*VARIANTS, "raw") if v in set(d["variant"])]
-    for v in order:
-        g = d[d["variant"] == v].groupby("nprocs")[metric].agg(["mean", "std"]).reset_index()
-        ax.errorbar(g["nprocs"], g["mean"], yerr=g["std"].fillna(0), fmt="o-" if v != "raw" else "o:",
-                    capsize=2, color=VARIANT_COLORS[v], label=label(v), lw=1.6 if v != "raw" else 1.2)
+    sns.lineplot(data=d, x="nprocs", y=metric, style="variant", style_order=hue["hue_order"],
+                 dashes={v: (1, 2) if v == limit else "" for v in hue["hue_order"]},
+                 markers={v: "o" for v in hue["hue_order"]}, errorbar="sd", err_style="bars",
+                 err_kws={"capsize": 2}, lw=1.6, ax=ax, **hue)
     _pow2_ticks(ax, d["nprocs"])
     ax.set_yscale("log")
     ax.set_xlabel("number of processes")
@@ -471,55 +445,21 @@ def scaling(summary: pd.DataFrame, meta: dict | None = None, metric: str = "wall
     return fig
 
 
-def speedup_table(summary: pd.DataFrame, metric: str = "records_per_s") -> pd.DataFrame:
-    """Speedup of each variant over LMDB per process count: the one bench definition.
-
-    :func:`lmdbio.bench.ratio_of_medians`: the variant's median ``metric``
-    over repeats / LMDB's, at the same point (dataset, cache, P, ...). A time
-    metric (``wall_s``) divides the other way round. Columns are ``P=n``,
-    preceded by dataset, cache or storage where the summary holds several.
-    """
-    from .bench.stats import ratio_of_medians
-
-    d = _ok(summary).copy()
-    if "lmdb" not in set(d["variant"]):
-        raise ValueError("speedup_table needs the 'lmdb' variant in the summary")
-    if metric not in d and metric == "records_per_s":
-        metric = "wall_s"
-    d["speedup"] = ratio_of_medians(d, "lmdb", metric, invert=metric.endswith("_s") and not metric.endswith("per_s")).to_numpy()
-    cols = [k for k in ("dataset_name", "cache", "storage") if k in d and d[k].nunique() > 1]
-    sp = d.groupby(["variant", *cols, "nprocs"])["speedup"].first().unstack([*cols, "nprocs"])
-    from .options import EXTRA_VARIANTS
-
-    sp = sp.reindex([v for v in (*VARIANTS, *EXTRA_VARIANTS, "auto", "raw") if v in sp.index])
-    sp.index = [label(v) for v in sp.index]
-    if cols:
-        sp.columns = pd.MultiIndex.from_tuples([(*c[:-1], f"P={c[-1]}") for c in sp.columns],
-                                               names=[*cols, "P"])
-    else:
-        sp.columns = [f"P={c}" for c in sp.columns]
-    return sp.round(2)
-
-
 def training(summary: pd.DataFrame, meta: dict | None = None):
     """Emulated training: time split into compute and the rest per variant and processes, and AU."""
-    d = _ok(summary).groupby(["variant", "nprocs"], as_index=False)[["wall_s", "compute_s", "au"]].mean()
-    variants = [v for v in VARIANTS if v in set(d["variant"])]
+    d = ok_rows(summary).groupby(["variant", "nprocs"], as_index=False)[["wall_s", "compute_s", "au"]].mean()
+    d, hue = _by_variant(d[d["variant"].isin(VARIANTS)])
+    d = d.assign(au_pct=d["au"] * 100)
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10.5, 4))
-    ps = sorted(d["nprocs"].unique())
-    w = 0.8 / max(1, len(variants))
-    for i, v in enumerate(variants):
-        g = d[d["variant"] == v].set_index("nprocs").reindex(ps)
-        x = np.arange(len(ps)) + (i - (len(variants) - 1) / 2) * w
-        c = VARIANT_COLORS[v]
-        a1.bar(x, g["compute_s"], w, color=c, alpha=0.35, edgecolor=c)
-        a1.bar(x, g["wall_s"] - g["compute_s"], w, bottom=g["compute_s"], color=c, label=label(v))
-        a2.plot(ps, g["au"] * 100, "o-", color=c, label=label(v))
-    a1.set_xticks(np.arange(len(ps)), [str(p) for p in ps])
+    # Whole bar: the training time; its lower part, paled: the compute inside it.
+    sns.barplot(data=d, x="nprocs", y="wall_s", errorbar=None, saturation=1, ax=a1, **hue)
+    pale = {**hue, "palette": {v: "white" for v in hue["hue_order"]}}
+    sns.barplot(data=d, x="nprocs", y="compute_s", errorbar=None, alpha=0.65, legend=False, ax=a1, **pale)
+    sns.lineplot(data=d, x="nprocs", y="au_pct", marker="o", errorbar=None, ax=a2, **hue)
     a1.set_xlabel("processes")
     a1.set_ylabel("training time (s)\npale: compute, solid: I/O + communication")
     a1.legend(fontsize=8)
-    _pow2_ticks(a2, ps)
+    _pow2_ticks(a2, d["nprocs"])
     a2.set_xlabel("processes")
     a2.set_ylabel("accelerator utilization AU (%)")
     a2.set_ylim(0, 105)

@@ -8,7 +8,7 @@ import pytest
 
 from lmdbio import cluster as C
 from lmdbio import experiments as E
-from lmdbio.errors import ConfigurationError
+from lmdbio.errors import ConfigurationError, LmdbioError
 
 
 # --- Slurm settings: file and environment, nothing hard-coded -----------------------------------
@@ -43,23 +43,47 @@ def test_slurm_settings_rejects_unknown_keys(tmp_path):
         C.slurm_settings(f, env={})
 
 
-def test_slurm_config_fills_launchers():
-    cfg = C._slurm_config({"account": "p", "partition": "q", "time_limit": "01:00:00",
-                           "options": [], "setup": []})
-    assert cfg.SlurmEngineSetLauncher.account == "p"
-    assert cfg.SlurmEngineSetLauncher.queue == "q"
-    assert cfg.SlurmControllerLauncher.timelimit == "01:00:00"
+def _engine_script(settings: dict, n: int, tmp_path) -> str:
+    """The engines' batch script as ipyparallel writes it from :func:`slurm_config`."""
+    from lmdbio.cluster.launcher import MPISlurmEngineSetLauncher
+    from lmdbio.cluster.slurm import slurm_config
+
+    cfg = slurm_config(settings, n=n)
+    cfg.SlurmEngineSetLauncher.batch_file_name = str(tmp_path / "engines.sbatch")
+    launcher = MPISlurmEngineSetLauncher(work_dir=str(tmp_path), config=cfg, cluster_id="cid",
+                                         profile_dir=str(tmp_path))
+    launcher.write_batch_script(n)
+    return Path(launcher.batch_file).read_text()
 
 
-def test_slurm_config_template_with_setup_lines():
-    cfg = C._slurm_config({"account": "p", "options": ["--constraint=ssd"],
-                           "setup": ["source ~/venv/bin/activate"]})
-    t = cfg.SlurmEngineSetLauncher.batch_template
-    assert "#SBATCH --account=p" in t and "#SBATCH --constraint=ssd" in t
-    # One MPI world: srun with a PMI (plain srun gives every engine its own COMM_WORLD).
-    assert t.index("source ~/venv/bin/activate") < t.index("srun --mpi=pmi2 ")
-    assert t.rstrip().endswith("{program_and_args}")
-    assert "#SBATCH --ntasks={n}" in t
+def test_slurm_options_are_ipyparallels_own():
+    """Account, partition, time limit and QoS go to ipyparallel's launcher options, both launchers."""
+    from lmdbio.cluster.slurm import slurm_config
+
+    cfg = slurm_config({"account": "p", "partition": "q", "time_limit": "01:00:00", "qos": "hi",
+                        "options": [], "setup": []})
+    for launcher in (cfg.SlurmEngineSetLauncher, cfg.SlurmControllerLauncher):
+        assert (launcher.account, launcher.queue, launcher.timelimit, launcher.qos) == \
+            ("p", "q", "01:00:00", "hi")
+        assert "batch_template" not in launcher
+
+
+def test_engine_script_is_one_mpi_world_with_ipyparallels_options(tmp_path):
+    t = _engine_script({"account": "p", "partition": "q", "time_limit": "01:00:00", "qos": "hi",
+                        "nodes": 4, "tasks_per_node": 2, "options": ["--constraint=ssd"],
+                        "setup": ["source ~/venv/bin/activate", "echo {braces}"]}, 3, tmp_path)
+    lines = t.splitlines()
+    # written by ipyparallel from its options
+    for line in ("#SBATCH --account=p", "#SBATCH --partition=q", "#SBATCH --time=01:00:00",
+                 "#SBATCH --qos=hi"):
+        assert lines.count(line) == 1, (line, t)
+    assert any(line.startswith("#SBATCH --output=") for line in lines)
+    # lmdbio's: the layout (nodes capped at n), extra lines, one MPI world
+    assert "#SBATCH --ntasks=3" in lines and "#SBATCH --nodes=3" in lines
+    assert "#SBATCH --ntasks-per-node=2" in lines and "#SBATCH --constraint=ssd" in lines
+    assert lines.index("source ~/venv/bin/activate") < lines.index("echo {braces}") < len(lines) - 1
+    # srun with a PMI (plain srun gives every engine its own COMM_WORLD), block distribution
+    assert lines[-1].startswith("srun --mpi=pmi2 --distribution=block ")
 
 
 def test_slurm_layout_from_env_and_mpiexec_inside_the_job(tmp_path):
@@ -67,9 +91,10 @@ def test_slurm_layout_from_env_and_mpiexec_inside_the_job(tmp_path):
                                                       "LMDBIO_SLURM_TASKS_PER_NODE": "36",
                                                       "LMDBIO_SLURM_MPI": "mpiexec"})
     assert (s["nodes"], s["tasks_per_node"]) == (4, 36)
-    t = C.engine_batch_script(s)
+    t = _engine_script(s, 8, tmp_path)
     assert "#SBATCH --nodes=4" in t and "#SBATCH --ntasks-per-node=36" in t
-    assert f"{C.mpiexec()} -n {{n}} {{program_and_args}}" in t and "srun" not in t
+    assert t.splitlines()[-1].startswith(f"{C.mpiexec()} -n 8 ") and "srun" not in t
+    assert "--account" not in t and "--partition" not in t  # unset: the site's defaults
     with pytest.raises(ConfigurationError, match="whole number"):
         C.slurm_settings(tmp_path / "none.yaml", env={"LMDBIO_SLURM_NODES": "two"})
 
@@ -89,11 +114,11 @@ def test_bad_arguments(kw):
 
 
 def test_run_needs_a_started_cluster():
-    with pytest.raises(C.LmdbioError, match="not running"):
+    with pytest.raises(LmdbioError, match="not running"):
         C.MPICluster(n=2).run(E.engine_info, 1)
 
 
-# --- a real cluster of 2 MPI engines ---------------------------------------------------------------
+# --- a real cluster of 2 MPI engines (slow: a controller and two engines start) -----------------
 # The engines start in tests/ so that the functions below (pickled by module
 # name) import there as they do here.
 HERE = Path(__file__).resolve().parent
@@ -124,6 +149,7 @@ def _raise_on_rank0_others_wait(comm):
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_subcommunicators(cl):
     assert cl.run(_size_and_rank, 2) == [(2, 0), (2, 1)]
     assert cl.run(_size_and_rank, 1) == [(1, 0)]
@@ -133,6 +159,7 @@ def test_subcommunicators(cl):
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_engine_info_and_shared_memory(cl):
     info = cl.run(E.engine_info, 2)
     assert [i["rank"] for i in info] == [0, 1]
@@ -143,6 +170,7 @@ def test_engine_info_and_shared_memory(cl):
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_failure_on_every_rank_is_raised(cl):
     with pytest.raises(C.EngineFailure, match="boom"):
         cl.run(_raise_on_all, 2)
@@ -171,6 +199,7 @@ def _reader_reads(comm, path):
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_an_error_inside_with_reader_reaches_the_notebook_and_engines_stay(cl, datasets):
     """Engines run with LMDBIO_ON_ERROR=raise: a cell's error is an exception, never MPI_Abort."""
     assert cl.run(_on_error, 2) == ["raise", "raise"]
@@ -181,6 +210,7 @@ def test_an_error_inside_with_reader_reaches_the_notebook_and_engines_stay(cl, d
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_datasets_pages_and_timeline(cl, tmp_path):
     path = tmp_path / "c"
     made = E.ensure_datasets(cl, [dict(path=str(path), preset="cifar10", records=300, commit_every=100)])
@@ -223,44 +253,60 @@ def _gone(pids, wait: float = 60.0) -> list[int]:
     return [p for p in pids if alive(p)]
 
 
+def _watchdogs(targets) -> list[int]:
+    """Pids of the watchdog processes (``lmdbio.cluster.watchdog watch``) watching ``targets``."""
+    want = {f"--target={t}".encode() for t in targets}
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
+        except OSError:  # ended meanwhile
+            continue
+        if b"lmdbio.cluster.watchdog" in args and want & set(args):
+            found.append(int(proc.name))
+    return found
+
+
 def _engine_shm(c) -> set[str]:
     files = set().union(*(C.shm_files(p["pid"]) for p in c.processes))
     assert files, "the engines map no MPICH segment; nothing to check"
     return files
 
 
-def _shm_count() -> int:
-    return sum(1 for f in Path("/dev/shm").iterdir() if f.name.startswith("mpich_shm_"))
-
-
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_stop_shuts_engines_down_through_mpi_finalize():
     """A normal stop: engines leave by themselves (MPI_Finalize), MPICH removes its segments."""
-    before = _shm_count()
     with C.MPICluster(n=2, work_dir=HERE) as c:
         assert all(s["all_slices_visible"] for s in c.run(E.check_shared_memory, 2))
         pids = [p["pid"] for p in c.processes]
         files = _engine_shm(c)
+        dogs = _watchdogs(pids + [c.cluster.controller.process.pid])
+        assert len(dogs) == 3, "one watchdog per engine and one for the controller"
     assert _gone(pids) == []
     assert c.removed_shm == [], "stop() had to remove segments: the engines did not finalize"
     assert [f for f in files if Path(f).exists()] == []
-    print(f"/dev/shm mpich_shm_* entries: {before} before, {_shm_count()} after a normal run")
+    assert c.left_behind == []
+    assert _gone(dogs) == [], "a watchdog outlived what it watched"
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_hung_ranks_stop_the_cluster_and_leave_no_segment():
     # It ends its own cluster (the others wait in a barrier forever).
-    before = _shm_count()
     with C.MPICluster(n=2, work_dir=HERE) as c:
         c.failure_grace = 2.0
         pids = [p["pid"] for p in c.processes]
         files = _engine_shm(c)
+        dogs = _watchdogs(pids)
+        assert len(dogs) == 2
         with pytest.raises(C.EngineFailure, match="rank 0 failed"):
             c.run(_raise_on_rank0_others_wait, 2)
         assert c.view is None
     assert _gone(pids) == []
     assert [f for f in files if Path(f).exists()] == []
-    print(f"/dev/shm mpich_shm_* entries: {before} before, {_shm_count()} after a failing rank")
+    assert c.left_behind == []
+    assert _gone(dogs) == [], "a watchdog outlived what it watched"
 
 
 CLIENT = """
@@ -276,6 +322,7 @@ time.sleep(600)
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_engines_and_controller_end_when_the_client_is_killed(tmp_path):
     """The watchdog: a kernel killed with SIGKILL leaves no engine, controller or segment."""
     import json
@@ -283,7 +330,6 @@ def test_engines_and_controller_end_when_the_client_is_killed(tmp_path):
     import subprocess
     import sys
 
-    before = _shm_count()
     proc = subprocess.Popen([sys.executable, "-c", CLIENT, str(HERE)], stdout=subprocess.PIPE,
                             text=True, cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(HERE.parent)})
@@ -291,10 +337,12 @@ def test_engines_and_controller_end_when_the_client_is_killed(tmp_path):
         line = proc.stdout.readline()
         assert line, "the client script did not start its cluster"
         info = json.loads(line)
+        dogs = _watchdogs(info["engines"] + [info["controller"]])
     finally:
         proc.kill()
         proc.wait()
     assert info["shm"]
+    assert len(dogs) == 3, "one watchdog per engine and one for the controller"
     assert _gone(info["engines"] + [info["controller"]]) == []
     assert [f for f in info["shm"] if Path(f).exists()] == []
-    print(f"/dev/shm mpich_shm_* entries: {before} before, {_shm_count()} after a killed client")
+    assert _gone(dogs) == [], "a watchdog outlived what it watched"

@@ -74,7 +74,7 @@ def test_committed_without_outputs_and_with_one_parameters_cell(path):
 def test_notebooks_are_the_source_and_committed_stripped():
     # No generator: the .ipynb files are what people edit in JupyterLab.
     assert not list((REPO / "notebooks").glob("*.py")), "notebooks/ holds only the notebooks"
-    dirty = [p.name for p in NOTEBOOKS if unstripped(p)]
+    dirty = [p.name for p in unstripped(NOTEBOOKS)]
     assert dirty == [], f"{dirty} carry outputs or run metadata; run: make strip"
 
 
@@ -82,21 +82,26 @@ def test_strip_removes_what_running_adds(tmp_path):
     nb = nbformat.read(NOTEBOOKS[3], as_version=4)
     nb.metadata["widgets"] = {"state": {}}
     nb.metadata["papermill"] = {"duration": 1.0}
+    nb.metadata["language_info"].update(version="3.11.2", mimetype="text/x-python")
     code = next(c for c in nb.cells if c.cell_type == "code")
     code.outputs = [nbformat.v4.new_output("stream", text="hello\n")]
     code.execution_count = 7
     code.metadata["execution"] = {"iopub.status.idle": "2026-11-30"}
+    code.metadata["papermill"] = {"duration": 0.5}
     f = tmp_path / "nb.ipynb"
     nbformat.write(nb, f)
-    assert unstripped(f)
-    clean = strip(nbformat.read(f, as_version=4))
+    assert unstripped([f, NOTEBOOKS[3]]) == [f]
+    strip([f])
+    clean = nbformat.read(f, as_version=4)
     assert set(clean.metadata) <= {"kernelspec", "language_info"}
+    assert clean.metadata["language_info"] == {"name": "python"}
     assert all(c.outputs == [] and c.execution_count is None for c in clean.cells if c.cell_type == "code")
     assert all(set(c.metadata) <= {"tags"} for c in clean.cells)
     tagged = [c for c in clean.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1, "stripping keeps papermill's parameters tag"
-    nbformat.write(clean, f)
-    assert not unstripped(f)
+    assert [c.id for c in clean.cells] == [c.id for c in nb.cells], "cell ids are kept"
+    assert unstripped(f) == []
+    assert nbformat.reads(nbformat.writes(clean), as_version=4) == nbformat.read(NOTEBOOKS[3], as_version=4)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

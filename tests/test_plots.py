@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import lmdbio
-from lmdbio import plots
+from lmdbio import plots, tables
 
 META = {"host": {"hostname": "testhost", "cores": 2}, "config": {"scale": "tiny"}}
 PROCS = (1, 2, 4)
@@ -26,11 +26,23 @@ def _close():
     matplotlib.pyplot.close("all")
 
 
-def test_variants_match_the_library_and_have_fixed_distinct_colours():
-    assert plots.VARIANTS == lmdbio.VARIANTS
+def test_each_variant_is_drawn_in_its_fixed_colour_in_the_papers_order():
     colours = [plots.VARIANT_COLORS[v] for v in (*lmdbio.VARIANTS, "raw")]
     assert len(set(colours)) == len(colours)
     assert plots.label("lmdbio-lmm-dio") == "LMDBIO-LMM-DIO"
+    # The summary lists the variants in another order; the figures keep the papers' order.
+    s = _summary().sort_values("variant", ascending=False)
+    labels = {plots.label(v) for v in (*lmdbio.VARIANTS, "raw")}
+    to_hex = matplotlib.colors.to_hex
+    for fig, shown in ((plots.scaling(s, META), (*lmdbio.VARIANTS, "raw")),
+                       (plots.optimization(s, list(reversed(lmdbio.VARIANTS)), meta=META), lmdbio.VARIANTS)):
+        ax = fig.axes[0]
+        legend = ax.get_legend()
+        drawn = {t.get_text(): to_hex(h.get_color())
+                 for t, h in zip(legend.get_texts(), legend.legend_handles) if t.get_text() in labels}
+        assert list(drawn) == [plots.label(v) for v in shown]
+        assert drawn == {plots.label(v): plots.VARIANT_COLORS[v] for v in shown}
+        assert set(drawn.values()) <= {to_hex(line.get_color()) for line in ax.lines}
 
 
 def test_subtitle_names_machine_and_scale():
@@ -69,18 +81,18 @@ def _points(variants=("lmdb", "lmdbio-lmm-dio")):
 
 def test_speedup_table_is_lmdb_time_over_variant_time():
     s = _summary()
-    t = plots.speedup_table(s)
+    t = tables.speedup_table(s)
     assert list(t.index)[0] == "LMDB" and (t.loc["LMDB"] == 1).all()
     # The bench's one definition: a ratio of medians over repeats at the same point.
     want = (s[s.variant == "lmdbio-lmm"].groupby("nprocs").records_per_s.median()
             / s[s.variant == "lmdb"].groupby("nprocs").records_per_s.median())
     assert np.allclose(t.loc["LMDBIO-LMM"].to_numpy(), want.round(2).to_numpy())
     with pytest.raises(ValueError, match="lmdb"):
-        plots.speedup_table(s[s.variant != "lmdb"])
+        tables.speedup_table(s[s.variant != "lmdb"])
 
 
 def test_per_iteration_divides_by_iterations_and_sums_ranks():
-    m = plots.per_iteration(_points(), "reader", ["locate"], ["records_walked"])
+    m = tables.per_iteration(_points(), "reader", ["locate"], ["records_walked"])
     row = m[(m.variant == "lmdb") & (m.nprocs == 4)].iloc[0]
     assert row["records_walked"] == 64
     assert row["records_walked_sum"] == 64 * 4
@@ -103,7 +115,7 @@ def test_every_figure_kind_saves_png_and_svg(tmp_path):
                        for v, c in (("lmdbio-lmm-dio-prov", 0), ("lmdbio-lmm-dio-prov-coal", 1 << 20),
                                     ("lmdbio-lmm-dio-prov-coal-stag", 1 << 22))
                        for r in range(2) for b in range(4) for ph in ("read", "stagger_wait")])
-    mech = plots.per_iteration(pts, "step", ["total"], ["vcsw"])
+    mech = tables.per_iteration(pts, "step", ["total"], ["vcsw"])
     figures = {
         "env": plots.environment(shm, META),
         "pages": plots.page_map(pages, META),

@@ -244,7 +244,7 @@ def write_results(out_dir, rows: Sequence[dict], config: dict) -> dict[str, Path
     """
     import pandas as pd
 
-    from ..metrics import results_meta
+    from ..metrics import write_results_meta
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -259,7 +259,7 @@ def write_results(out_dir, rows: Sequence[dict], config: dict) -> dict[str, Path
     paths = {"points": out / "points.csv", "summary": out / "summary.csv", "meta": out / "meta.json"}
     points.to_csv(paths["points"], index=False)
     summary.to_csv(paths["summary"], index=False)
-    paths["meta"].write_text(json.dumps(results_meta(config), indent=2, default=str) + "\n")
+    write_results_meta(out, config)
     return paths
 
 

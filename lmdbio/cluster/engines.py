@@ -1,0 +1,60 @@
+"""Engine processes: the mpiexec that starts them, what they record of themselves, their MPICH segments."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+from ..errors import ConfigurationError
+
+__all__ = ["ENGINE_ENV", "mpiexec", "engine_process", "shm_files", "boot_id"]
+
+#: What every engine's environment holds (the Reader raises instead of MPI_Abort on engines).
+ENGINE_ENV = {"LMDBIO_ON_ERROR": "raise", "PYTHONUNBUFFERED": "1"}
+
+
+def mpiexec() -> str:
+    """The mpiexec that matches this Python's mpi4py: next to it (the mpich wheel), else on PATH."""
+    # The mpich wheel puts mpiexec next to the venv's python; a notebook
+    # kernel's PATH does not always include that directory.
+    local = Path(sys.executable).with_name("mpiexec")
+    if local.exists():
+        return str(local)
+    found = shutil.which("mpiexec")
+    if found is None:
+        raise ConfigurationError("no mpiexec found next to python or on PATH; install the mpich wheel "
+                                 "(pip install 'lmdbio[mpich]') or a system MPI")
+    return found
+
+
+def boot_id() -> str:
+    """This host's boot id ('' where unknown): a pid means the same process only on the same boot."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def shm_files(pid: int | str = "self") -> set[str]:
+    """The ``/dev/shm`` files process ``pid`` has mapped (MPICH's ``mpich_shm_*`` segments)."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return set()
+    out = set()
+    for line in maps.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[5].startswith("/dev/shm/"):
+            out.add(parts[5].removesuffix(" (deleted)"))
+    return {f for f in out if Path(f).name.startswith("mpich_shm_")}
+
+
+def engine_process() -> dict:
+    """Engine side: this process's host, boot id, pid and MPI rank (the client's record of it)."""
+    from mpi4py import MPI
+
+    return {"host": socket.gethostname(), "boot_id": boot_id(), "pid": os.getpid(),
+            "rank": MPI.COMM_WORLD.Get_rank(), "size": MPI.COMM_WORLD.Get_size()}
