@@ -39,7 +39,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-__all__ = ["Profile", "PROFILES", "load_profile", "StorageModel", "simulate", "size_bin"]
+__all__ = ["Profile", "PROFILES", "load_profile", "profile_ranges", "StorageModel", "simulate", "size_bin"]
 
 
 def _read_profiles() -> dict:
@@ -139,6 +139,25 @@ def load_profile(name: str, time_scale: float | None = None) -> Profile:
                    sources=MappingProxyType(dict(raw.get("sources", {}))),
                    description=str(raw.get("description", "")), **{**kw, "time_scale": 1.0})
     return base.scaled(kw["time_scale"] if time_scale is None else time_scale)
+
+
+def profile_ranges(name: str) -> dict:
+    """``{parameter: (low, high, why)}`` for a profile's estimates (its ``[NAME.ranges]`` table).
+
+    The ends the scale model also runs at; the emulator uses only the
+    central values. A parameter outside the profile, or a range without
+    ``low``, ``high`` and ``why``, is a ConfigurationError.
+    """
+    if name not in _RAW:
+        raise ConfigurationError(f"unknown storage profile {name!r}; choose one of {', '.join(PROFILES)}")
+    out = {}
+    for key, r in dict(_RAW[name].get("ranges", {})).items():
+        if key not in _INT_KEYS + _FLOAT_KEYS + ("node_link_bw",):
+            raise ConfigurationError(f"profile {name!r}: a range for {key!r}, which is not a parameter")
+        if not isinstance(r, dict) or not {"low", "high", "why"} <= set(r):
+            raise ConfigurationError(f"profile {name!r}: the range of {key!r} needs low, high and why")
+        out[key] = (r["low"], r["high"], str(r["why"]))
+    return out
 
 
 def size_bin(size: int) -> int:
