@@ -78,6 +78,11 @@ class Platform:
     workloads: tuple[Workload, ...]
     cores_shared: bool = False
     explicit_inflight: float = 0.0
+    #: The cursor walk reads the pages of every value it steps over (not only the leaf pages):
+    #: measured for lmdbio's walk on the throttled device; unknown for Caffe's C walk.
+    walk_reads_values: bool = False
+    #: The K-faulters curve (problem 1, measured): a faulters.csv path ('' = none).
+    faulters: str = ""
     #: ``((parameter, value), ...)``: storage-profile values that replace the profile's (an
     #: estimate at one end of its range).
     storage_overrides: tuple = ()
@@ -166,6 +171,8 @@ def load_platform(name_or_path: str | os.PathLike) -> Platform:
             workloads=tuple(_workload(w, where) for w in raw.get("workload", [])),
             cores_shared=bool(raw.get("cores_shared", False)),
             explicit_inflight=float(raw.get("explicit_inflight", 0.0)),
+            walk_reads_values=bool(raw.get("walk_reads_values", False)),
+            faulters=str(raw.get("faulters", "")),
             ranges=_ranges(raw.get("ranges", {}), where),
             sources=MappingProxyType(dict(raw.get("sources", {}))), path=where)
     except KeyError as exc:

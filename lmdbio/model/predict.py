@@ -82,6 +82,18 @@ def explicit_depth(platform: Platform, cal: Calibration) -> tuple[float, str]:
     return float(mech.IN_FLIGHT), "estimate: mechanisms.IN_FLIGHT (FUSE/block-layer async readahead)"
 
 
+def _faulters(path: str):
+    return _faulters_cached(path) if path else ()
+
+
+from functools import lru_cache  # noqa: E402
+
+
+@lru_cache(maxsize=8)
+def _faulters_cached(path: str):
+    return mech.load_faulters(path)
+
+
 def _phase_time(profile, nodes, streams, budget) -> tuple[float, dict]:
     if profile is None or not streams:
         return 0.0, {}
@@ -183,13 +195,21 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
             # copies find their pages cached; otherwise the copies fault what is left.
             W, S = max(mech.PAGE, ra), rpl * f
             _, size, per = mech.mmap_requests(mech.PAGE, ra, rsize)
-            if W >= S:
+            if W >= S or platform.walk_reads_values:
+                # Either the read-around spans a leaf's records, or the walk itself reads every
+                # value it steps over (platform.walk_reads_values): the walk streams the region.
                 leaf_faults, cover = (steps or g) * f / W, 1.0
             else:
                 leaf_faults, cover = (steps or g) / rpl, W / S
+            # (1) Problem 1, measured: concurrent faulters of a node split the read-around into
+            # more, smaller requests (the K-faulters curve of the throttled device).
+            kf = mech.faulter_factor(waiters, _faulters(platform.faulters))
+            info["faulter_factor"] = kf
+            size = max(mech.PAGE, int(size / kf))      # the same bytes in kf times the requests
             walkers = range(R) if o.localized else range(nodes)
-            streams = [Stream(node=(j // rdr if o.localized else j), n=leaf_faults * per,
-                              size=size, depth=per, spacing=int(min(W, S)) if W < S else 0,
+            streams = [Stream(node=(j // rdr if o.localized else j), n=leaf_faults * kf * per,
+                              size=size, depth=per,
+                              spacing=int(min(W, S) / kf) if cover < 1.0 else 0,
                               offset=int(j * (g if o.localized else n_node * b) * f))
                        for j in walkers]
             t_leaf, c = _phase_time(profile, nodes, streams, budget)
@@ -198,7 +218,7 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
             data_faults = g * f * (1.0 - cover) / W
             t_data = 0.0
             if data_faults > 0:
-                streams = [Stream(node=j // rdr, n=data_faults * per, size=size, depth=per,
+                streams = [Stream(node=j // rdr, n=data_faults * kf * per, size=size, depth=per,
                                   offset=int(j * g * f)) for j in range(R)]
                 t_data, c = _phase_time(profile, nodes, streams, budget)
                 add_counters(c)
