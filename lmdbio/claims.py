@@ -46,7 +46,8 @@ from .scales import COMMITTED_RESULTS, REPO
 __all__ = ["Claim", "CLAIMS", "claim", "SETTINGS", "SETTING_LABELS", "COLUMNS", "DETAILS", "VERDICTS",
            "FULL", "FACTOR_TOLERANCE", "NO_FACTOR", "MODEL_DIR", "REPEATS_DIR", "setting_dir", "resolve", "series",
            "direction", "band_verdict", "magnitude", "read_repeats",
-           "evaluate", "write", "render", "show", "readme_table", "update_readme",
+           "evaluate", "write", "render", "show", "readme_table", "update_readme", "rendered_blocks",
+           "render_validation", "render_split", "render_claims_summary",
            "SPLIT", "split_table", "write_split", "TRAINING", "main"]
 
 SETTINGS = ("local", "gpfs", "model")
@@ -303,7 +304,7 @@ def _model_claim(workload: str, slow: str, fast: str | None, col: str):
         p, s = fr
 
         def value(df):
-            t = df.pivot_table(index="nprocs", columns="variant", values=[col, "total_s"])
+            t = df.pivot_table(index="nprocs", columns="variant", values=list(dict.fromkeys([col, "total_s"])))
             if (col, slow) not in t or (fast is not None and (col, fast) not in t):
                 return pd.Series(dtype=float)
             if fast is None:
@@ -526,8 +527,17 @@ def _ids(ids) -> set:
 
 
 def setting_dir(results_root: str | Path, notebook: str, setting: str) -> Path:
-    """Where a setting's results are: ``NN_name/``, ``NN_name/gpfs/`` or ``model_prediction/``."""
+    """Where a setting's results are: ``NN_name/``, ``NN_name/gpfs/`` or ``model_prediction/``.
+
+    The model setting is ``model_prediction/`` (``lmdbio model predict``: predictions and the
+    band of sensitivity.csv), except in a notebook run's own results root, where a claim
+    notebook's model cell wrote ``NN_name/model/`` this run (no band: its verdict says so).
+    """
     if setting == "model":
+        own = Path(results_root) / notebook / "model"
+        if (notebook and Path(results_root).resolve() != COMMITTED_RESULTS.resolve()
+                and (own / "meta.json").exists()):
+            return own
         return Path(results_root) / MODEL_DIR
     base = Path(results_root) / notebook
     return base if setting == "local" else base / setting
@@ -635,7 +645,7 @@ def evaluate(results_root=COMMITTED_RESULTS, claims=CLAIMS, *, fallback: bool = 
                     "source": _rel(d)}
             if df is None or df.empty:
                 run = "lmdbio model predict" if s == "model" else f"notebook {c.notebook} with RUN=True"
-                rows.append({**base, "measured": "no data", "verdict": "no data", "magnitude": NO_FACTOR,
+                rows.append({**base, "measured": "no data", "verdict": "no data", "magnitude": "no data",
                              "nprocs": np.nan, "value": np.nan, "repeats": 0, "decides": "",
                              "why": f"no results in {_rel(d)} (run {run})"})
                 continue
@@ -690,15 +700,86 @@ def readme_table(df: pd.DataFrame) -> str:
     return f"{MARK_START}\n{render(df)}\n{MARK_END}"
 
 
-def update_readme(df: pd.DataFrame, readme: str | Path = README) -> Path:
-    """Replace the table between the markers in ``figures/README.md`` with ``df`` rendered."""
+def _markers(name: str) -> tuple[str, str]:
+    return (f"<!-- {name}: rendered by `python -m lmdbio.claims`; do not edit by hand -->",
+            f"<!-- end of {name} -->")
+
+
+def render_validation(results_root=COMMITTED_RESULTS) -> str:
+    """The validation criterion per setting, from ``model_validation/criterion.csv`` and ``errors.csv``."""
+    d = Path(results_root) / "model_validation"
+    if not (d / "criterion.csv").exists():
+        return "(no model_validation/criterion.csv: run `lmdbio model validate`)"
+    c = pd.read_csv(d / "criterion.csv")
+    lines = ["| setting | independent | variants meeting median \\|error\\| <= 25% | worst variant | "
+             "its median error | its worst point | predicted to dominate there |",
+             "|---|---|---|---|---|---|---|"]
+    for r in c.itertuples():
+        lines.append("| " + " | ".join(_cell(x) for x in (
+            r.setting, "yes" if r.independent else "no (shares the storage model)",
+            f"{r.variants_meeting} of {r.variants}", r.worst_variant,
+            f"{100 * r.worst_median_signed_error:+.0f}%", r.worst_point, r.predicted_dominant)) + " |")
+    return "\n".join(lines)
+
+
+def render_split(results_root=COMMITTED_RESULTS) -> str:
+    """The split by optimization against the papers' factors, from ``claims_split.csv``."""
+    f = Path(results_root) / "claims_split.csv"
+    if not f.exists():
+        return "(no claims_split.csv: run `python -m lmdbio.claims`)"
+    d = pd.read_csv(f)
+    lines = ["| workload | ratio | P | model | band over the estimates | paper | magnitude | "
+             "estimate that moves it most | slower variant dominated by |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in d.itertuples():
+        lines.append("| " + " | ".join(_cell(x) for x in (
+            r.workload, r.ratio, f"{r.nprocs:,}", _num(r.model_factor),
+            f"{_num(r.band_low)}-{_num(r.band_high)}",
+            f"{r.paper_factor:g}x ({r.paper})" if r.paper_factor == r.paper_factor else f"none stated ({r.paper})",
+            r.magnitude,
+            r.decides, r.slow_dominated_by)) + " |")
+    return "\n".join(lines)
+
+
+def render_claims_summary(df: pd.DataFrame) -> str:
+    """The README's claims table: the paper's words and each setting's verdict, from claims.csv."""
+    lines = ["| claim | the paper says | local disk | emulated GPFS | papers' scale (model) |",
+             "|---|---|---|---|---|"]
+    for cid, g in df.groupby("claim", sort=False):
+        c = _BY_ID.get(cid)
+        v = g.set_index("setting")
+        cells = [f"{v.loc[s, 'verdict']} ({v.loc[s, 'measured']})" if s in v.index else "-"
+                 for s in SETTINGS]
+        lines.append("| " + " | ".join(_cell(x) for x in (
+            cid, f"{c.statement} ({c.paper})" if c else cid, *cells)) + " |")
+    return "\n".join(lines)
+
+
+def _replace_block(text: str, name: str, body: str, where: Path, required: bool) -> str:
+    start, end = _markers(name) if name != "claims.csv" else (MARK_START, MARK_END)
+    if start not in text or end not in text:
+        if required:
+            raise ValueError(f"{where} lacks the {name} markers ({start!r} ... {end!r})")
+        return text
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return head + f"{start}\n{body}\n{end}" + tail
+
+
+def rendered_blocks(df: pd.DataFrame, results_root=COMMITTED_RESULTS) -> dict:
+    """``{marker name: rendered text}`` of every block the READMEs hold."""
+    return {"claims.csv": render(df), "model_validation": render_validation(results_root),
+            "claims_split.csv": render_split(results_root), "claims summary": render_claims_summary(df)}
+
+
+def update_readme(df: pd.DataFrame, readme: str | Path = README, results_root=COMMITTED_RESULTS, *,
+                  require=("claims.csv",)) -> Path:
+    """Replace the rendered blocks in ``readme`` (those named in ``require`` must be there)."""
     readme = Path(readme)
     text = readme.read_text()
-    if MARK_START not in text or MARK_END not in text:
-        raise ValueError(f"{readme} lacks the claims markers ({MARK_START!r} ... {MARK_END!r})")
-    head, rest = text.split(MARK_START, 1)
-    _, tail = rest.split(MARK_END, 1)
-    readme.write_text(head + readme_table(df) + tail)
+    for name, body in rendered_blocks(df, results_root).items():
+        text = _replace_block(text, name, body, readme, required=name in require)
+    readme.write_text(text)
     return readme
 
 
@@ -709,8 +790,8 @@ SPLIT = (
     ("HPCC 2017", "LMDBIO-LMM nearly 20x faster than LMDB in some cases", 20.0, "lmdb", "lmdbio-lmm"),
     ("ICPADS 2017", "LMDBIO-DM 2x faster than LMDBIO-LMM", 2.0, "lmdbio-lmm", "lmdbio-lmm-dm"),
     ("ICPADS 2017", "LMDBIO-DM more than 30x faster than LMDB", 30.0, "lmdb", "lmdbio-lmm-dm"),
-    ("TOPC 2019", "DIO, then PROV, COAL, STAG: up to 65x overall on 9,216 cores", 65.0, "lmdbio-lmm",
-     "lmdbio-lmm-dio"),
+    ("TOPC 2019", "DIO over LMM: no factor of its own stated", None, "lmdbio-lmm", "lmdbio-lmm-dio"),
+    ("TOPC 2019", "up to 65x overall on 9,216 cores", 65.0, "lmdb", FULL),
     ("Poster 2018", "77x, CIFAR10-Large-AlexNet, 512 iterations", 77.0, "lmdb", FULL),
 )
 #: The papers' process count for the split (the poster's and TOPC's largest; HPCC/ICPADS state none).
@@ -725,9 +806,9 @@ def split_table(results_root=COMMITTED_RESULTS, nprocs: int = SPLIT_NPROCS, *,
     claims' model setting takes it. ``magnitude`` uses :func:`magnitude`;
     ``decides`` names the estimate whose range moves the ratio most;
     ``slow_dominated_by``/``fast_dominated_by`` the mechanism of each
-    variant at that P. Note that DIO/LMM is compared with the 65x of the
-    whole TOPC stack only for lack of a factor of its own in the papers:
-    its ``paper_factor`` is that of the whole stack, labelled so.
+    variant at that P. DIO/LMM has no factor of its own in the papers
+    (``paper_factor`` NaN); the full stack is set against both TOPC's 65x
+    and the poster's 77x.
     """
     d, _ = resolve(results_root, "", "model", fallback)
     rows = []
@@ -751,10 +832,11 @@ def split_table(results_root=COMMITTED_RESULTS, nprocs: int = SPLIT_NPROCS, *,
             moves = sorted(ends.items(), key=lambda kv: -abs(math.log(max(kv[1], 1e-300) / r["value"])))
             rows.append({"workload": w, "nprocs": nprocs,
                          "ratio": f"{SHORT[fast]}/{SHORT[slow]}", "paper": paper, "paper_claim": words,
-                         "paper_factor": factor, "model_factor": float(r["value"]),
+                         "paper_factor": factor if factor else np.nan, "model_factor": float(r["value"]),
                          "band_low": float(r["lo"]), "band_high": float(r["hi"]),
                          "magnitude": magnitude(float(r["value"]), factor),
-                         "band_magnitude": ("reproduced" if r["lo"] <= factor * FACTOR_TOLERANCE
+                         "band_magnitude": (NO_FACTOR if not factor else
+                                            "reproduced" if r["lo"] <= factor * FACTOR_TOLERANCE
                                             and r["hi"] >= factor / FACTOR_TOLERANCE else
                                             magnitude(float(r["hi"]), factor)),
                          "decides": "; ".join(f"{k} gives {_num(v)}" for k, v in moves[:2]),
@@ -783,12 +865,14 @@ def main(argv: list[str] | None = None) -> int:
     df = write(args.results)
     split = write_split(args.results)
     if not args.no_readme:
-        update_readme(df, args.readme)
+        update_readme(df, args.readme, args.results)
+        if Path(args.readme).resolve() == README.resolve():
+            update_readme(df, REPO / "README.md", args.results, require=("claims summary",))
     for r in df.itertuples():
         print(f"{r.claim:11s} {r.setting:6s} {r.verdict:12s} {r.magnitude:10s} {r.measured}")
     for r in split.itertuples():
         print(f"{r.workload:22s} {r.ratio:16s} model {r.model_factor:9.3g} ({r.band_low:.3g}-{r.band_high:.3g})"
-              f"  paper {r.paper_factor:g}")
+              f"  paper {r.paper_factor:g} ({r.paper}): {r.magnitude}")
     return 0
 
 

@@ -358,10 +358,12 @@ def test_readme_table_matches_claims_csv():
 def test_committed_verdicts_are_in_the_defined_set():
     df = pd.read_csv(COMMITTED_RESULTS / "claims.csv")
     assert set(df["verdict"]) <= set(claims.VERDICTS)
-    assert set(df["magnitude"]) <= {"reproduced", "smaller", "larger", claims.NO_FACTOR}
+    assert set(df["magnitude"]) <= {"reproduced", "smaller", "larger", claims.NO_FACTOR, "no data"}
     model = df[df["setting"] == "model"]
     assert (model["band_low"] <= model["value"] + 1e-12).all() and (model["value"] <= model["band_high"] + 1e-12).all()
     assert not (df["verdict"] == "no data").all()
+    # The training view compares total_s itself (its quantity column is the denominator too).
+    assert len(claims.series("T")["model"])
 
 
 def test_settings_results_falls_back_to_the_committed_copy_and_says_so(tmp_path, capsys):
@@ -382,3 +384,39 @@ def test_unknown_claim_names_the_claims():
     with pytest.raises(KeyError, match="C1, C2"):
         claims.claim("C9")
     assert claims.claim("T") is claims.TRAINING
+
+
+# --- captions: every number rendered from results -------------------------------------------------
+
+def _blocks(text: str):
+    """(name, body) of every rendered block in ``text``."""
+    for m in re.finditer(r"<!-- (.+?): rendered by `python -m lmdbio.claims`; do not edit by hand -->\n"
+                         r"(.*?)\n<!-- end of \1 -->", text, flags=re.S):
+        yield m.group(1), m.group(2)
+
+
+@pytest.mark.parametrize("readme", ["figures/README.md", "README.md"])
+def test_rendered_captions_match_the_committed_results(readme):
+    text = (REPO / readme).read_text()
+    expected = claims.rendered_blocks(pd.read_csv(COMMITTED_RESULTS / "claims.csv"), COMMITTED_RESULTS)
+    found = dict(_blocks(text))
+    assert found, f"{readme} has no rendered blocks"
+    for name, body in found.items():
+        assert body == expected[name], (f"{readme}: the {name!r} block differs from the committed results: "
+                                        "run `python -m lmdbio.claims` and commit both")
+
+
+TYPED_RESULT = re.compile(r"\b\d+(?:[.,]\d+)?(?:-\d+(?:\.\d+)?)?\s*(?:x\b|%)")
+
+
+@pytest.mark.parametrize("readme", ["figures/README.md", "README.md"])
+def test_no_typed_factor_outside_the_rendered_blocks(readme):
+    # A factor or a share typed into a caption states a result no file backs; the tables that
+    # describe figures and claims must say where the number is, not the number.
+    text = (REPO / readme).read_text()
+    for _, body in _blocks(text):
+        text = text.replace(body, "")
+    section = text if readme.startswith("figures") else text.split("## Figures and claims", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    bad = [line for line in rows if TYPED_RESULT.search(line)]
+    assert not bad, f"{readme}: typed factors in table rows: {bad}"
