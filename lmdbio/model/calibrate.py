@@ -56,6 +56,10 @@ __all__ = ["Calibration", "run_calibration", "save_calibration", "load_calibrati
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DIR = REPO / "data" / "results" / "model_calibration"
 PAGE = 4096
+#: Floors the fits clamp to when noise makes a difference come out <= 0: a value AT its floor was
+#: not measured (tests check that no calibrated value sits on one).
+FLOOR_S = 1e-9
+FLOOR_PER_BYTE_S = 1e-13
 #: Variants whose fixed read_batch() cost is measured (COAL and STAG reuse PROV's per chunk).
 FIXED_VARIANTS = ("lmdb", "lmdbio-lmm", "lmdbio-lmm-dm", "lmdbio-lmm-dio", "lmdbio-lmm-dio-prov")
 
@@ -186,8 +190,8 @@ def _copy_costs(small: Path, large: Path, batches: tuple[int, int] = (128, 64)) 
         finally:
             env.close()
     (n1, b1, t1), (n2, b2, t2) = rows
-    per_byte = max(1e-13, (t2 * n1 - t1 * n2) / (b2 * n1 - b1 * n2))
-    per_record = max(1e-9, (t1 - b1 * per_byte) / n1)
+    per_byte = max(FLOOR_PER_BYTE_S, (t2 * n1 - t1 * n2) / (b2 * n1 - b1 * n2))
+    per_record = max(FLOOR_S, (t1 - b1 * per_byte) / n1)
     return per_record, per_byte
 
 
@@ -210,7 +214,7 @@ def _page_fault(path: Path, nbytes: int) -> float:
         # The same strided sum over memory that is already mapped: the non-fault part.
         buf = np.zeros(npages * PAGE, np.uint8)
         t0 = _best(lambda: int(buf[::PAGE].sum()))
-        return max(1e-9, (t - t0) / npages)
+        return max(FLOOR_S, (t - t0) / npages)
     finally:
         os.close(fd)
 
@@ -233,8 +237,8 @@ def _pread_costs(path: Path, nbytes: int) -> tuple[float, float]:
                     os.preadv(fd, [mv[off:off + s]], off)
             times.append(_best(run) / reps)
         # Per byte: the slope between the two largest sizes; per call: what is left at 4 KiB.
-        slope = max(1e-13, (times[-1] - times[-2]) / (sizes[-1] - sizes[-2]))
-        return max(1e-9, times[0] - sizes[0] * slope), slope
+        slope = max(FLOOR_PER_BYTE_S, (times[-1] - times[-2]) / (sizes[-1] - sizes[-2]))
+        return max(FLOOR_S, times[0] - sizes[0] * slope), slope
     finally:
         os.close(fd)
 
@@ -471,7 +475,7 @@ def _mpi_part(db: str, out: str) -> None:
             best = min(best, (MPI.Wtime() - t0) / (2 * reps))
         res[size] = comm.bcast(best, root=0)
     alpha = res[8]
-    beta = max(1e-13, (res[4 << 20] - alpha) / (4 << 20))
+    beta = max(FLOOR_PER_BYTE_S, (res[4 << 20] - alpha) / (4 << 20))
 
     def batch_cost(c, variant):
         return _batch_cost(db, c, variant)
@@ -485,7 +489,7 @@ def _mpi_part(db: str, out: str) -> None:
         for v in FIXED_VARIANTS:
             fixed[v] = batch_cost(solo, v)[0]
             big = _batch_cost(db, solo, v, iters=300, per_rank=256)[0]
-            per_record[v] = max(1e-9, (big - fixed[v]) / 254)
+            per_record[v] = max(FLOOR_S, (big - fixed[v]) / 254)
     solo.Free()
     if rank == 0:
         Path(out).write_text(json.dumps({

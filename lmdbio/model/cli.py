@@ -75,17 +75,20 @@ def _cmd_validate(args) -> int:
 def _cmd_predict(args) -> int:
     from .calibrate import load_calibration
     from .platform import load_platform
-    from .predict import predict, write_predictions
+    from .predict import predict, sensitivity, write_predictions
 
     plat = load_platform(args.platform)
     cal = load_calibration(args.calibration)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     procs = _procs(args.procs)
-    rows = predict(plat, procs, variants, args.workloads and args.workloads.split(","), cal,
-                   budget=args.budget)
+    wls = args.workloads and args.workloads.split(",")
+    rows = predict(plat, procs, variants, wls, cal, budget=args.budget)
+    band = [max(procs)] if args.band_procs in (None, "none") else _procs(args.band_procs)
+    sens = sensitivity(plat, band, variants, wls, cal, budget=args.budget) if args.band_procs != "none" else []
     out = write_predictions(rows, args.out, {"platform": args.platform, "procs": procs,
                                              "variants": variants, "budget": args.budget,
-                                             "argv": sys.argv[1:]}, plat, cal, args.calibration)
+                                             "band_procs": band, "argv": sys.argv[1:]},
+                            plat, cal, args.calibration, sens=sens)
     print(out / "predictions.csv")
     return 0
 
@@ -134,6 +137,9 @@ def add_model_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="directory for predictions.csv and meta.json")
     r.add_argument("--budget", type=int, default=20000,
                    help="storage-model pieces simulated per phase (default %(default)s)")
+    r.add_argument("--band-procs", default=None,
+                   help="process counts at which every estimate is also run at both ends of its range "
+                        "(low/high columns, sensitivity.csv); default: the largest of --procs; 'none': skip")
     r.set_defaults(func=_cmd_predict)
 
     ls = sub.add_parser("platforms", help="list the platform files")

@@ -37,9 +37,11 @@ def calibration_figure(cal):
 
 
 def validation_figure(df):
-    """Predicted vs measured time of every validation point, one panel per cache (x storage)."""
+    """Predicted vs measured time of every validation point, one panel per setting x cache."""
     d = df.copy()
-    d["panel"] = d["storage"].astype(str) + ", " + d["cache"].astype(str)
+    where = d["setting"] if "setting" in d.columns else d["storage"]
+    d["panel"] = where.astype(str).str.replace(" (shares the storage model)", "\n(shares the storage model)",
+                                               regex=False) + ", " + d["cache"].astype(str)
     panels = sorted(set(d["panel"]))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 1.8, 4.2), squeeze=False)
     for ax, pnl in zip(axes[0], panels):

@@ -10,10 +10,12 @@ with the requests these functions describe.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
+from pathlib import Path
 
 from ..provenance import model_parameters
 
-__all__ = ["PAGE", "geometry", "fault_cpu", "cursor_steps", "ring_cycle", "mmap_requests",
+__all__ = ["PAGE", "geometry", "fault_cpu", "faulter_factor", "load_faulters", "cursor_steps", "ring_cycle", "mmap_requests",
            "explicit_requests", "overlapped", "coalesce_factor", "stripe_pieces", "stagger_groups", "handoff",
            "allreduce", "cpu_bound"]
 
@@ -46,6 +48,51 @@ def fault_cpu(waiting: int, page_fault_s: float, wake_s: float) -> float:
     futex hand-off measured by calibrate). More waiters, more fault cost.
     """
     return page_fault_s + max(0, int(waiting) - 1) * wake_s
+
+
+def load_faulters(path) -> tuple[tuple[int, float], ...]:
+    """The K-faulters curve: ``((K, device requests(K) / requests(1)), ...)`` from ``faulters.csv``.
+
+    ``faulters.csv`` (``python -m lmdbio.storage faulters``): K processes of
+    one node map one cold file and fault all of it; ``dev_read_ios`` counts
+    the requests the device served (medians over repeats).
+    """
+    import pandas as pd
+
+    from ..errors import ConfigurationError
+
+    f = Path(path)
+    if not f.is_absolute():
+        f = Path(__file__).resolve().parents[2] / f
+    if not f.exists():
+        raise ConfigurationError(f"faulters curve {f} not found (python -m lmdbio.storage faulters writes it)")
+    d = pd.read_csv(f)
+    if not {"K", "dev_read_ios"} <= set(d.columns) or 1 not in set(d["K"]):
+        raise ConfigurationError(f"{f}: needs columns K and dev_read_ios, with a row for K = 1")
+    g = d.groupby("K")["dev_read_ios"].median()
+    return tuple((int(k), float(v / g.loc[1])) for k, v in g.items())
+
+
+def faulter_factor(faulters: int, curve) -> float:
+    """(1) Problem 1, measured: how many more device requests K concurrent faulters of one node cause.
+
+    On the throttled device (a real kernel: read-around, page locks, waiters
+    woken per completion) K >= 2 processes faulting one cold file made the
+    device serve about 1.45-1.49 times the requests of one faulter for the
+    same bytes (smaller requests: the read-around windows split). Linear
+    between measured K, flat beyond the largest (an extrapolation, stated).
+    ``curve`` empty: 1.
+    """
+    if not curve or faulters <= 1:
+        return 1.0
+    ks = [k for k, _ in curve]
+    vs = [v for _, v in curve]
+    if faulters >= ks[-1]:
+        return vs[-1]
+    for (k0, v0), (k1, v1) in zip(curve, curve[1:]):
+        if k0 <= faulters <= k1:
+            return v0 + (v1 - v0) * (faulters - k0) / (k1 - k0)
+    return 1.0
 
 
 def cursor_steps(locate: str, global_batch: int, group_records: int) -> int:

@@ -39,6 +39,9 @@ class Workload:
     iterations: int = 1
     compute_s_per_sample: float = 0.0
     model_bytes: int = 0
+    #: ``{field: (low, high, why)}`` for the workload's estimates (its ``[workload.ranges]``).
+    ranges: MappingProxyType = field(default_factory=lambda: MappingProxyType({}),
+                                     compare=False, repr=False)
     sources: MappingProxyType = field(default_factory=lambda: MappingProxyType({}),
                                       compare=False, repr=False)
 
@@ -75,6 +78,18 @@ class Platform:
     workloads: tuple[Workload, ...]
     cores_shared: bool = False
     explicit_inflight: float = 0.0
+    #: The cursor walk reads the pages of every value it steps over (not only the leaf pages):
+    #: measured for lmdbio's walk on the throttled device; unknown for Caffe's C walk.
+    walk_reads_values: bool = False
+    #: The K-faulters curve (problem 1, measured): a faulters.csv path ('' = none).
+    faulters: str = ""
+    #: ``((parameter, value), ...)``: storage-profile values that replace the profile's (an
+    #: estimate at one end of its range).
+    storage_overrides: tuple = ()
+    #: ``{key: (low, high, why)}`` for the platform's estimates (its ``[ranges]``); ``compute``
+    #: applies to every workload.
+    ranges: MappingProxyType = field(default_factory=lambda: MappingProxyType({}),
+                                     compare=False, repr=False)
     description: str = ""
     sources: MappingProxyType = field(default_factory=lambda: MappingProxyType({}),
                                       compare=False, repr=False)
@@ -96,6 +111,15 @@ def list_platforms() -> list[str]:
     return sorted(p.stem for p in PLATFORM_DIR.glob("*.toml"))
 
 
+def _ranges(raw: dict, where: str) -> MappingProxyType:
+    out = {}
+    for key, r in dict(raw).items():
+        if not isinstance(r, dict) or not {"low", "high", "why"} <= set(r):
+            raise ConfigurationError(f"{where}: the range of {key!r} needs low, high and why")
+        out[key] = (r["low"], r["high"], str(r["why"]))
+    return MappingProxyType(out)
+
+
 def _workload(raw: dict, where: str) -> Workload:
     try:
         name = str(raw["name"])
@@ -106,6 +130,7 @@ def _workload(raw: dict, where: str) -> Workload:
             iterations=int(raw.get("iterations", 1)),
             compute_s_per_sample=parse_compute_time(raw.get("compute", 0.0)),
             model_bytes=parse_model_bytes(raw.get("model", 0)),
+            ranges=_ranges(raw.get("ranges", {}), f"{where}: workload {name!r}"),
             sources=MappingProxyType(dict(raw.get("sources", {}))))
     except KeyError as exc:
         raise ConfigurationError(f"{where}: a [[workload]] lacks {exc.args[0]!r}") from None
@@ -146,6 +171,9 @@ def load_platform(name_or_path: str | os.PathLike) -> Platform:
             workloads=tuple(_workload(w, where) for w in raw.get("workload", [])),
             cores_shared=bool(raw.get("cores_shared", False)),
             explicit_inflight=float(raw.get("explicit_inflight", 0.0)),
+            walk_reads_values=bool(raw.get("walk_reads_values", False)),
+            faulters=str(raw.get("faulters", "")),
+            ranges=_ranges(raw.get("ranges", {}), where),
             sources=MappingProxyType(dict(raw.get("sources", {}))), path=where)
     except KeyError as exc:
         raise ConfigurationError(f"{where}: lacks {exc.args[0]!r}") from None

@@ -34,7 +34,7 @@ from .platform import Platform, Workload, load_platform
 from .storage import Stream, disk_profile, run_phase
 
 __all__ = ["PHASES", "explicit_depth", "predict_point", "predict", "write_predictions", "storage_profile",
-           "POWERS"]
+           "POWERS", "estimate_ends", "sensitivity"]
 
 PHASES = ("locate", "read", "distribute", "wait", "compute", "communicate")
 #: The poster's x axis.
@@ -47,9 +47,18 @@ def storage_profile(platform: Platform, cal: Calibration, cache: str):
         return None
     if platform.storage == "disk":
         return disk_profile(cal.disk_latency_s, cal.disk_bw, cal.disk_readahead, cal.disk_max_request)
+    from dataclasses import replace
+
     from ..pfs.model import load_profile
 
-    return load_profile(platform.storage, time_scale=platform.storage_time_scale)
+    prof = load_profile(platform.storage, time_scale=platform.storage_time_scale)
+    if platform.storage_overrides:
+        # Values at the real system's scale, as profiles.toml holds them: scale them like the rest.
+        f = prof.time_scale
+        scale = {"latency_s": f, "seek_s": f, "target_bw": 1 / f, "node_link_bw": 1 / f}
+        prof = replace(prof, **{k: (type(getattr(prof, k) if getattr(prof, k) is not None else 1.0)(v)
+                                    * scale.get(k, 1)) for k, v in platform.storage_overrides})
+    return prof
 
 
 def explicit_depth(platform: Platform, cal: Calibration) -> tuple[float, str]:
@@ -71,6 +80,18 @@ def explicit_depth(platform: Platform, cal: Calibration) -> tuple[float, str]:
         return float(mech.IN_FLIGHT), ("estimate: mechanisms.IN_FLIGHT (the calibration has no "
                                        "pfs_inflight: " + cal.pfs_inflight_source + ")")
     return float(mech.IN_FLIGHT), "estimate: mechanisms.IN_FLIGHT (FUSE/block-layer async readahead)"
+
+
+def _faulters(path: str):
+    return _faulters_cached(path) if path else ()
+
+
+from functools import lru_cache  # noqa: E402
+
+
+@lru_cache(maxsize=8)
+def _faulters_cached(path: str):
+    return mech.load_faulters(path)
 
 
 def _phase_time(profile, nodes, streams, budget) -> tuple[float, dict]:
@@ -174,13 +195,21 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
             # copies find their pages cached; otherwise the copies fault what is left.
             W, S = max(mech.PAGE, ra), rpl * f
             _, size, per = mech.mmap_requests(mech.PAGE, ra, rsize)
-            if W >= S:
+            if W >= S or platform.walk_reads_values:
+                # Either the read-around spans a leaf's records, or the walk itself reads every
+                # value it steps over (platform.walk_reads_values): the walk streams the region.
                 leaf_faults, cover = (steps or g) * f / W, 1.0
             else:
                 leaf_faults, cover = (steps or g) / rpl, W / S
+            # (1) Problem 1, measured: concurrent faulters of a node split the read-around into
+            # more, smaller requests (the K-faulters curve of the throttled device).
+            kf = mech.faulter_factor(waiters, _faulters(platform.faulters))
+            info["faulter_factor"] = kf
+            size = max(mech.PAGE, int(size / kf))      # the same bytes in kf times the requests
             walkers = range(R) if o.localized else range(nodes)
-            streams = [Stream(node=(j // rdr if o.localized else j), n=leaf_faults * per,
-                              size=size, depth=per, spacing=int(min(W, S)) if W < S else 0,
+            streams = [Stream(node=(j // rdr if o.localized else j), n=leaf_faults * kf * per,
+                              size=size, depth=per,
+                              spacing=int(min(W, S) / kf) if cover < 1.0 else 0,
                               offset=int(j * (g if o.localized else n_node * b) * f))
                        for j in walkers]
             t_leaf, c = _phase_time(profile, nodes, streams, budget)
@@ -189,7 +218,7 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
             data_faults = g * f * (1.0 - cover) / W
             t_data = 0.0
             if data_faults > 0:
-                streams = [Stream(node=j // rdr, n=data_faults * per, size=size, depth=per,
+                streams = [Stream(node=j // rdr, n=data_faults * kf * per, size=size, depth=per,
                                   offset=int(j * g * f)) for j in range(R)]
                 t_data, c = _phase_time(profile, nodes, streams, budget)
                 add_counters(c)
@@ -290,6 +319,99 @@ def dominant_mechanism(row: dict, o, cpu_bound: bool) -> str:
     return "(LMM) shared-memory hand-off"
 
 
+def estimate_ends(platform: Platform):
+    """``(name, end, value, why, platform at that end)`` for every estimate's low and high end.
+
+    The storage profile's ranges (``profiles.toml``), the platform's
+    (``[ranges]``; ``compute`` applies to every workload) and each
+    workload's (``[workload.ranges]``). Ends equal to the central value
+    are skipped: they cannot move a prediction.
+    """
+    from dataclasses import replace
+
+    from ..emulation import parse_compute_time, parse_model_bytes
+    from ..pfs.model import PROFILES, profile_ranges
+
+    if platform.storage in PROFILES:
+        prof = storage_profile(platform, None, "cold") if platform.storage != "disk" else None
+        for key, (lo, hi, why) in profile_ranges(platform.storage).items():
+            central = getattr(prof, key) / ({"latency_s": prof.time_scale, "seek_s": prof.time_scale,
+                                             "target_bw": 1 / prof.time_scale,
+                                             "node_link_bw": 1 / prof.time_scale}.get(key, 1))
+            for end, v in (("low", lo), ("high", hi)):
+                if float(v) != float(central):
+                    yield (f"{platform.storage}.{key}", end, v, why,
+                           platform.with_(storage_overrides=platform.storage_overrides + ((key, v),)))
+    for key, (lo, hi, why) in platform.ranges.items():
+        for end, v in (("low", lo), ("high", hi)):
+            if key == "compute":
+                sec = parse_compute_time(v)
+                wls = tuple(replace(w, compute_s_per_sample=sec) for w in platform.workloads)
+                if all(w.compute_s_per_sample == sec for w in platform.workloads):
+                    continue
+                yield ("compute", end, v, why, platform.with_(workloads=wls))
+                continue
+            if not hasattr(platform, key):
+                raise ConfigurationError(f"platform {platform.name!r}: a range for {key!r}, which is "
+                                         "not a platform value")
+            cur = getattr(platform, key)
+            if type(cur)(v) == cur:
+                continue
+            yield (key, end, v, why, platform.with_(**{key: type(cur)(v)}))
+    for i, w in enumerate(platform.workloads):
+        for key, (lo, hi, why) in w.ranges.items():
+            field_ = {"compute": "compute_s_per_sample", "model": "model_bytes"}.get(key, key)
+            conv = {"compute": parse_compute_time, "model": parse_model_bytes}.get(key, int)
+            for end, v in (("low", lo), ("high", hi)):
+                if conv(v) == getattr(w, field_):
+                    continue
+                wls = list(platform.workloads)
+                wls[i] = replace(w, **{field_: conv(v)})
+                yield (f"{w.name}.{key}", end, v, why, platform.with_(workloads=tuple(wls)))
+
+
+def sensitivity(platform: Platform | str, procs, variants=("all",), workloads=None,
+                cal: Calibration | None = None, budget: int = 20000) -> list[dict]:
+    """:func:`predict` rows at each end of every estimate's range (one estimate at a time).
+
+    Each row carries ``estimate``, ``end`` (low/high), ``estimate_value`` and
+    the prediction's columns. The band of a quantity is its smallest and
+    largest value over these rows and the central prediction: one estimate
+    moved at a time, the others central (joint extremes are not explored).
+    """
+    plat = load_platform(platform) if not isinstance(platform, Platform) else platform
+    cal = cal or load_calibration()
+    rows = []
+    for name, end, value, _why, p in estimate_ends(plat):
+        for r in predict(p, procs, variants, workloads, cal, budget):
+            rows.append({"estimate": name, "end": end, "estimate_value": value, **r})
+    return rows
+
+
+def band_columns(rows: list[dict], sens: list[dict]) -> list[dict]:
+    """``rows`` with ``total_s_low``/``total_s_high`` (and per iteration): the extremes over ``sens``."""
+    import pandas as pd
+
+    if not sens:
+        return rows
+    s = pd.DataFrame(sens)
+    keys = ["workload", "variant", "nprocs"]
+    g = s.groupby(keys)
+    lo, hi = g[["total_s", "per_iteration_s"]].min(), g[["total_s", "per_iteration_s"]].max()
+    out = []
+    for r in rows:
+        k = (r["workload"], r["variant"], r["nprocs"])
+        r = dict(r)
+        for col in ("total_s", "per_iteration_s"):
+            if k in lo.index:
+                r[f"{col}_low"] = min(r[col], float(lo.loc[k, col]))
+                r[f"{col}_high"] = max(r[col], float(hi.loc[k, col]))
+            else:
+                r[f"{col}_low"] = r[f"{col}_high"] = float("nan")
+        out.append(r)
+    return out
+
+
 def predict(platform: Platform | str, procs, variants=("all",), workloads=None,
             cal: Calibration | None = None, budget: int = 20000) -> list[dict]:
     """Rows for every workload x variant x process count of a platform."""
@@ -308,15 +430,25 @@ def predict(platform: Platform | str, procs, variants=("all",), workloads=None,
 
 
 def write_predictions(rows: list[dict], out_dir, config: dict, platform: Platform,
-                      cal: Calibration, cal_dir=None) -> Path:
-    """``predictions.csv`` (tidy, one row per workload x variant x P) and ``meta.json``."""
+                      cal: Calibration, cal_dir=None, sens: list[dict] | None = None) -> Path:
+    """``predictions.csv`` (tidy, one row per workload x variant x P), ``sensitivity.csv`` and ``meta.json``.
+
+    With ``sens`` (:func:`sensitivity` rows), predictions.csv gets
+    ``total_s_low``/``total_s_high`` (low / central / high; NaN at process
+    counts the sensitivity did not cover) and sensitivity.csv holds the
+    rows themselves.
+    """
     import pandas as pd
 
     from ..metrics import git_commit, host_meta
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows).to_csv(out / "predictions.csv", index=False)
+    pd.DataFrame(band_columns(rows, sens or [])).to_csv(out / "predictions.csv", index=False)
+    if sens:
+        pd.DataFrame(sens).to_csv(out / "sensitivity.csv", index=False)
+    elif (out / "sensitivity.csv").exists():
+        (out / "sensitivity.csv").unlink()   # a stale band would not match these predictions
     prof = storage_profile(platform, cal, platform.cache)
     meta = {"host": host_meta(), "git_commit": git_commit(),
             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config,
@@ -334,7 +466,9 @@ def write_predictions(rows: list[dict], out_dir, config: dict, platform: Platfor
                                         "sources": dict(w.sources)} for w in platform.workloads]},
             "storage_profile": prof.as_dict() if prof is not None else None,
             "calibration": asdict(cal), "calibration_dir": str(cal_dir or ""),
-            "files": ["predictions.csv"],
+            "files": ["predictions.csv"] + (["sensitivity.csv"] if sens else []),
+            "estimate_ranges": [{"estimate": n, "end": e, "value": v, "why": w}
+                                for n, e, v, w, _ in estimate_ends(platform)],
             "phases": list(PHASES),
             "note": "model parameters come from the platform file's sources and this machine's "
                     "microbenchmarks; nothing is fitted to the papers' speedups"}

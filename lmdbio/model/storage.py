@@ -4,8 +4,10 @@ A *stream* is one reader's requests in one phase of an iteration: ``n``
 requests of ``size`` bytes at consecutive offsets from ``offset`` (or
 ``spacing`` apart), at most ``depth`` in flight (1: each waits for the
 previous, as page faults do). A fractional depth ``d`` (a measured
-effective depth, e.g. 1.5) is simulated with ``floor(d)`` requests in
-flight and the stream's time scaled by ``floor(d) / d``. All streams of a phase start together; each
+effective depth, e.g. 1.5) is simulated, not divided: the stream keeps
+its slots alternating between ``floor(d)`` and ``ceil(d)``: after its
+``k``-th completion it may refill up to ``ceil(d)`` requests for a fraction
+``f = d - floor(d)`` of the ``k`` (spread evenly), else up to ``floor(d)``. All streams of a phase start together; each
 is submitted to :class:`lmdbio.pfs.model.StorageModel` in time order
 (FIFO targets, stripes, seeks between interleaved streams, node links).
 
@@ -57,22 +59,46 @@ def run_phase(profile: Profile, nodes: int, streams: list[Stream], budget: int =
     q = min(1.0, budget / pieces) if pieces > 0 else 1.0
     m = [max(1, math.ceil(s.n * q - 1e-9)) if s.n > 0 else 0 for s in streams]
     model = StorageModel(profile, nodes)
-    sent = [0] * len(streams)
+    issued = [0] * len(streams)            # requests scheduled (submitted or waiting in the heap)
+    inflight = [0] * len(streams)
     done = [0.0] * len(streams)
     mid_k = [mi // 2 for mi in m]          # the request whose completion marks the half-way point
     mid_t = [0.0] * len(streams)
-    heap: list[tuple[float, int, int]] = []
+    finished = [0] * len(streams)
+    base_slots = [max(1, int(math.floor(s.depth))) for s in streams]
+    frac = [max(0.0, float(s.depth) - b) if s.depth > 1 else 0.0 for s, b in zip(streams, base_slots)]
+    closed = [0] * len(streams)            # completions so far: the slot count's clock
+
+    def cap(i: int) -> int:
+        # Alternate floor and ceil slots: after the k-th completion the stream may have
+        # ceil(d) requests in flight for a fraction f of the k (Bresenham), else floor(d).
+        k = closed[i]
+        return base_slots[i] + int(math.floor((k + 1) * frac[i]) - math.floor(k * frac[i]))
+
+    heap: list[tuple[float, int, int, bool]] = []   # (time, seq, stream, is_completion)
     seq = 0
-    queued = [0] * len(streams)            # submitted or waiting in the heap
-    slots = [max(1, int(math.floor(s.depth))) for s in streams]
-    for i, s in enumerate(streams):
-        for _ in range(min(slots[i], m[i])):
-            heap.append((0.0, seq, i))
+
+    def refill(i: int, t: float) -> None:
+        nonlocal seq
+        while issued[i] < m[i] and inflight[i] < cap(i):
+            heapq.heappush(heap, (t, seq, i, False))
             seq += 1
-        queued[i] = min(slots[i], m[i])
-    heapq.heapify(heap)
+            issued[i] += 1
+            inflight[i] += 1
+
+    for i in range(len(streams)):
+        refill(i, 0.0)
+    sent = [0] * len(streams)
     while heap:
-        t, _, i = heapq.heappop(heap)
+        t, _, i, completion = heapq.heappop(heap)
+        if completion:
+            inflight[i] -= 1
+            finished[i] += 1
+            closed[i] += 1
+            if finished[i] == mid_k[i]:
+                mid_t[i] = t
+            refill(i, t)
+            continue
         s = streams[i]
         k = sent[i]
         sent[i] += 1
@@ -80,12 +106,8 @@ def run_phase(profile: Profile, nodes: int, streams: list[Stream], budget: int =
         off = base + k * (s.spacing or s.size)
         end = model.submit(s.node, i, off, s.size, t)
         done[i] = max(done[i], end)
-        if sent[i] == mid_k[i]:
-            mid_t[i] = done[i]
-        if queued[i] < m[i]:
-            heapq.heappush(heap, (end, seq, i))
-            queued[i] += 1
-            seq += 1
+        heapq.heappush(heap, (end, seq, i, True))
+        seq += 1
     times = []
     for i, s in enumerate(streams):
         if not m[i]:
@@ -98,8 +120,7 @@ def run_phase(profile: Profile, nodes: int, streams: list[Stream], budget: int =
             t = done[i] + (s.n - m[i]) * rate
         else:
             t = done[i] * (s.n / m[i])
-        # A fractional effective depth: the part above floor(depth) shortens the stream.
-        times.append(t * slots[i] / max(float(s.depth), 1.0))
+        times.append(t)
     c = model.counters()["total"]
     scale = sum(s.n for s in streams) / max(1, sum(m))
     return times, {"requests": c["requests"] * scale, "bytes": c["bytes"] * scale,

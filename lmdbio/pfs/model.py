@@ -19,6 +19,11 @@ time. Assumptions, stated once:
   after another (FIFO), overlapped with the targets' service; a request
   cannot complete before its bytes have crossed the link.
 - A request completes when its last piece (and its link transfer) does.
+- Two options for storage that is not a shared PFS (the throttled block
+  device): ``per_node_targets`` gives every node its own ``targets``
+  (nothing shared between nodes), and ``rate_limited`` makes a piece take
+  ``max(latency, bytes / bw)`` (a token-bucket limit on requests and bytes
+  per second) instead of their sum. Both are off in profiles.toml.
 - Not modelled: client caches (the kernel's page cache does that in the
   emulator), write traffic, server-side caches, and the kernel waking every
   waiting reader per I/O completion (see the scale model).
@@ -39,7 +44,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-__all__ = ["Profile", "PROFILES", "load_profile", "StorageModel", "simulate", "size_bin"]
+__all__ = ["Profile", "PROFILES", "load_profile", "profile_ranges", "StorageModel", "simulate", "size_bin"]
 
 
 def _read_profiles() -> dict:
@@ -83,6 +88,8 @@ class Profile:
     sources: MappingProxyType = field(default_factory=lambda: MappingProxyType({}),
                                       compare=False, hash=False, repr=False)
     description: str = ""
+    per_node_targets: bool = False
+    rate_limited: bool = False
 
     def scaled(self, time_scale: float) -> "Profile":
         """The same system at another ``time_scale`` (ratios kept)."""
@@ -141,6 +148,25 @@ def load_profile(name: str, time_scale: float | None = None) -> Profile:
     return base.scaled(kw["time_scale"] if time_scale is None else time_scale)
 
 
+def profile_ranges(name: str) -> dict:
+    """``{parameter: (low, high, why)}`` for a profile's estimates (its ``[NAME.ranges]`` table).
+
+    The ends the scale model also runs at; the emulator uses only the
+    central values. A parameter outside the profile, or a range without
+    ``low``, ``high`` and ``why``, is a ConfigurationError.
+    """
+    if name not in _RAW:
+        raise ConfigurationError(f"unknown storage profile {name!r}; choose one of {', '.join(PROFILES)}")
+    out = {}
+    for key, r in dict(_RAW[name].get("ranges", {})).items():
+        if key not in _INT_KEYS + _FLOAT_KEYS + ("node_link_bw",):
+            raise ConfigurationError(f"profile {name!r}: a range for {key!r}, which is not a parameter")
+        if not isinstance(r, dict) or not {"low", "high", "why"} <= set(r):
+            raise ConfigurationError(f"profile {name!r}: the range of {key!r} needs low, high and why")
+        out[key] = (r["low"], r["high"], str(r["why"]))
+    return out
+
+
 def size_bin(size: int) -> int:
     """Histogram bin of a request size: the next power of two, at least 4 KiB."""
     return 1 << max(12, (max(int(size), 1) - 1).bit_length())
@@ -167,12 +193,13 @@ class StorageModel:
             raise ValueError(f"nodes must be a positive integer, got {nodes!r}")
         self.nodes = nodes
         p = self.profile
-        self._free = [0.0] * p.targets           # when each target becomes idle
-        self._last: list[tuple | None] = [None] * p.targets  # (stream, file, local end)
+        ntargets = p.targets * (nodes if p.per_node_targets else 1)
+        self._free = [0.0] * ntargets            # when each target becomes idle
+        self._last: list[tuple | None] = [None] * ntargets  # (stream, file, local end)
         self._link_free = [0.0] * nodes
         self._lock = threading.Lock()
         self._node_c = [_node_counter() for _ in range(nodes)]
-        self._target_c = [_target_counter() for _ in range(p.targets)]
+        self._target_c = [_target_counter() for _ in range(ntargets)]
 
     def pieces(self, offset: int, size: int, file: int = 0) -> list[tuple[int, int, int]]:
         """Split a request into ``(target, target_offset, bytes)`` pieces, one per stripe unit."""
@@ -207,13 +234,16 @@ class StorageModel:
             done = t
             wait = 0.0
             for target, local, n in self.pieces(offset, size, file):
+                if p.per_node_targets:
+                    target += node * p.targets
                 start = max(t, self._free[target])
                 last = self._last[target]
                 seek = 0.0
                 if last is not None and last[0] != stream and (last[1] != file or last[2] != local):
                     seek = p.seek_s
                     self._target_c[target]["seeks"] += 1
-                service = seek + p.latency_s + (n / p.target_bw if n else 0.0)
+                transfer = n / p.target_bw if n else 0.0
+                service = seek + (max(p.latency_s, transfer) if p.rate_limited else p.latency_s + transfer)
                 self._free[target] = start + service
                 self._last[target] = (stream, file, local + n)
                 tc = self._target_c[target]
