@@ -80,6 +80,8 @@ datasets: $(DATA)/cifar10/data.mdb $(DATA)/imagenet/data.mdb
 # Then the claims C1-C8 are judged from every results file: data/results/claims.csv and the
 # table in figures/README.md.
 reproduce: venv datasets
+	$(LMDBIO) model calibrate --out data/results/model_calibration --quiet
+	$(LMDBIO) model predict --platform bebop --out data/results/model_prediction
 	$(BIN)/python -m lmdbio.notebook_runner --scale $(SCALE) --cluster $(CLUSTER) --out build/notebooks
 	$(BIN)/python -m lmdbio.claims
 

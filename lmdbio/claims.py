@@ -50,8 +50,9 @@ __all__ = ["Claim", "CLAIMS", "claim", "SETTINGS", "SETTING_LABELS", "COLUMNS", 
            "render_validation", "render_split", "render_claims_summary",
            "SPLIT", "split_table", "write_split", "TRAINING", "main"]
 
-SETTINGS = ("local", "gpfs", "model")
+SETTINGS = ("local", "gpfs", "throttled", "model")
 SETTING_LABELS = {"local": "local disk, measured", "gpfs": "emulated GPFS, measured",
+                  "throttled": "throttled block device, measured",
                   "model": "papers' scale, model"}
 COLUMNS = ["claim", "setting", "measured", "criterion", "verdict", "why"]
 DETAILS = ["magnitude", "band_low", "band_high", "paper_factor", "dataset", "repeats", "decides",

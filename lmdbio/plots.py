@@ -472,12 +472,13 @@ def training(summary: pd.DataFrame, meta: dict | None = None):
 # --- the three settings of a claim (notebooks 02-10) ----------------------------------------------
 
 SETTING_TITLES = {"local": "(a) local disk, measured", "gpfs": "(b) emulated GPFS, measured",
+                  "throttled": "(b2) throttled block device, measured",
                   "model": "(c) papers' scale, model"}
 
 
 def claim_settings(claim, series: dict, verdicts: pd.DataFrame | None = None, meta: dict | None = None,
                    notes: dict | None = None):
-    """A claim's quantity vs processes in its three settings, side by side, one legend.
+    """A claim's quantity vs processes in its settings (:data:`SETTING_TITLES`), side by side, one legend.
 
     ``series`` is ``{setting: DataFrame(nprocs, value, lo, hi)}`` (from
     :func:`lmdbio.claims.series`); ``verdicts`` the claim's rows of
@@ -488,7 +489,7 @@ def claim_settings(claim, series: dict, verdicts: pd.DataFrame | None = None, me
     from matplotlib.lines import Line2D
 
     notes = notes or {}
-    fig, axes = plt.subplots(1, 3, figsize=(13.5, 4.1), sharey=True)
+    fig, axes = plt.subplots(1, len(SETTING_TITLES), figsize=(4.5 * len(SETTING_TITLES), 4.1), sharey=True)
     color = "#1f4e79"
     verdict_colors = {"yes": "#1e8449", "no": "#c0392b"}
     all_vals = [v for d in series.values() for v in (d["lo"].tolist() + d["hi"].tolist() + d["value"].tolist())

@@ -305,7 +305,7 @@ def test_write_claims_csv(tmp_path):
     assert list(df.columns[:6]) == ["claim", "setting", "measured", "criterion", "verdict", "why"]
     assert list(df.columns[:6]) == COLUMNS
     assert {"magnitude", "band_low", "band_high"} <= set(df.columns)
-    assert len(df) == 3 * len(CLAIMS)
+    assert len(df) == len(SETTINGS) * len(CLAIMS)
     assert sorted(df["claim"].unique()) == sorted([f"C{i}" for i in range(1, 9)] + ["C8-imagenet"])
     assert (df.groupby("claim")["setting"].apply(sorted) == [sorted(SETTINGS)] * len(CLAIMS)).all()
 
