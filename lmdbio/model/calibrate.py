@@ -601,7 +601,7 @@ HOW = {
 def save_calibration(cal: Calibration, out_dir: str | os.PathLike = DEFAULT_DIR,
                      config: dict | None = None) -> Path:
     """Write ``calibration.json`` and ``meta.json`` into ``out_dir``."""
-    from ..metrics import git_commit, host_meta
+    from ..metrics import write_results_meta
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -610,11 +610,8 @@ def save_calibration(cal: Calibration, out_dir: str | os.PathLike = DEFAULT_DIR,
         values["pfs_inflight"] = None
     (out / "calibration.json").write_text(json.dumps(
         {"values": values, "units": cal.units(), "how": HOW}, indent=2) + "\n")
-    meta = {"host": host_meta(), "git_commit": git_commit(),
-            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config or {},
-            "files": ["calibration.json"],
-            "note": "microbenchmarks on this machine only; no number from the papers"}
-    (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    write_results_meta(out, config or {}, files=["calibration.json"],
+                       note="microbenchmarks on this machine only; no number from the papers")
     return out
 
 

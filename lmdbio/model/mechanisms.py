@@ -10,7 +10,7 @@ with the requests these functions describe.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+
 from pathlib import Path
 
 from ..provenance import model_parameters

@@ -20,9 +20,7 @@ For one iteration of the slowest reader (every reader does the same work):
 
 from __future__ import annotations
 
-import json
 import math
-import time
 from dataclasses import asdict, fields
 from pathlib import Path
 
@@ -440,7 +438,7 @@ def write_predictions(rows: list[dict], out_dir, config: dict, platform: Platfor
     """
     import pandas as pd
 
-    from ..metrics import git_commit, host_meta
+    from ..metrics import write_results_meta
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -450,9 +448,7 @@ def write_predictions(rows: list[dict], out_dir, config: dict, platform: Platfor
     elif (out / "sensitivity.csv").exists():
         (out / "sensitivity.csv").unlink()   # a stale band would not match these predictions
     prof = storage_profile(platform, cal, platform.cache)
-    meta = {"host": host_meta(), "git_commit": git_commit(),
-            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config,
-            "platform": {"file": platform.path, "name": platform.name,
+    meta = {"platform": {"file": platform.path, "name": platform.name,
                          "ranks_per_node": platform.ranks_per_node,
                          "cores_per_node": platform.cores_per_node,
                          "readers_per_node": platform.readers_per_node,
@@ -472,5 +468,5 @@ def write_predictions(rows: list[dict], out_dir, config: dict, platform: Platfor
             "phases": list(PHASES),
             "note": "model parameters come from the platform file's sources and this machine's "
                     "microbenchmarks; nothing is fitted to the papers' speedups"}
-    (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    write_results_meta(out, config, **meta)
     return out

@@ -25,7 +25,6 @@ Each point has a ``setting`` (:func:`setting_of`):
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from ..options import VARIANTS
@@ -244,7 +243,7 @@ def criterion_table(df):
 def write_validation(df, out_dir, config: dict, cal_dir=None) -> Path:
     """``summary.csv`` (one row per point), ``errors.csv`` (per variant and setting),
     ``criterion.csv`` (per setting: the worst variant) and ``meta.json``."""
-    from ..metrics import git_commit, host_meta
+    from ..metrics import write_results_meta
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -252,13 +251,11 @@ def write_validation(df, out_dir, config: dict, cal_dir=None) -> Path:
     err = error_table(df)
     err.to_csv(out / "errors.csv", index=False)
     criterion_table(df).to_csv(out / "criterion.csv", index=False)
-    meta = {"host": host_meta(), "git_commit": git_commit(),
-            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config,
-            "calibration_dir": str(cal_dir or ""), "files": ["summary.csv", "errors.csv", "criterion.csv"],
-            "criterion": f"median |relative error| <= {CRITERION} per variant on each independent setting "
-                         f"({', '.join(INDEPENDENT)}); the emulated GPFS shares the storage model",
-            "note": "measured_s is the median over repeats of the timed loop's wall time; "
-                    "no point here was used to calibrate the model"}
-    (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    write_results_meta(
+        out, config, calibration_dir=str(cal_dir or ""), files=["summary.csv", "errors.csv", "criterion.csv"],
+        criterion=f"median |relative error| <= {CRITERION} per variant on each independent setting "
+                  f"({', '.join(INDEPENDENT)}); the emulated GPFS shares the storage model",
+        note="measured_s is the median over repeats of the timed loop's wall time; "
+             "no point here was used to calibrate the model")
     return out
 
