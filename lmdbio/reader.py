@@ -15,7 +15,7 @@ from .errors import LmdbioError, PeerError, PeerTimeoutError, SnapshotError
 from .format import db_file, read_meta
 from .metrics import PhaseRecorder, totals_row, totals_snapshot
 from .options import Options, choose_auto, parse_variant
-from .pipeline import Pipeline
+from .pipeline import EpochPlan, Pipeline
 from .topology import Topology, make_topology, node_number
 from .waiting import timeout
 
@@ -70,6 +70,10 @@ class Reader:
         stagger_size: STAG's readers per group (default half the readers).
         build_provenance: PROV builds a missing or stale sidecar instead of failing.
         measure: record per-phase timings for :meth:`stats`.
+        shuffle, seed, shuffle_chunk, shuffle_window, last_batch: how :meth:`epoch` orders
+            and cuts an epoch (:class:`lmdbio.pipeline.EpochPlan`; ``last_batch="short"``
+            by default, PyTorch's ``drop_last=False``). Shuffled epochs need a variant
+            that reads any record position (not a cursor walk: lmdb, LMM, DM).
         on_error: what a rank that fails alone does (see above): ``"abort"``
             ends the whole job; ``"raise"`` raises on that rank only (the
             others stop at their timeout). Default: ``$LMDBIO_ON_ERROR`` or
@@ -83,7 +87,9 @@ class Reader:
                  readers_per_node: int = 1, *, options: Options | None = None,
                  coalesce_bytes: int | None = None, stagger_size: int | None = None,
                  build_provenance: bool = False, measure: bool = True,
-                 on_error: str | None = None):
+                 on_error: str | None = None, shuffle: bool = False, seed: int = 0,
+                 shuffle_chunk: int | None = None, shuffle_window: int = 4,
+                 last_batch: str = "short"):
         self.comm = comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank, self.nprocs = comm.rank, comm.size
         self._closed = True
@@ -96,9 +102,11 @@ class Reader:
         self._missing: list[int] = []
         self.topology: Topology | None = None
         self.pipe: Pipeline | None = None
+        self._epoch = 0
 
         def check_args():
             check_settings(on_error)
+            self.epochs = EpochPlan(shuffle, seed, shuffle_chunk, shuffle_window, last_batch)
             if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
                 raise TypeError(f"batch_size must be an integer, got {type(batch_size).__name__}")
             if batch_size <= 0:
@@ -142,7 +150,8 @@ class Reader:
 
             self.topology = (make_topology(comm, ranks_per_node, readers_per_node)
                              if self.options.localized else None)
-            self.pipe = Pipeline(self.options, comm, self.topology, self.per_rank, build_provenance)
+            self.pipe = Pipeline(self.options, comm, self.topology, self.per_rank, build_provenance,
+                                 collective(comm, lambda: self.epochs))
             self.is_reader = self.pipe.is_reader
 
             def meta():   # rank 0 reads the meta page only (no map, no LMDB)
@@ -232,6 +241,29 @@ class Reader:
             raise   # inside ``with``: __exit__ decides, with the other ranks
         self._t += 1
         return batch
+
+    def epoch(self, e: int):
+        """Iterate over this rank's batches of epoch ``e``: every record exactly once across the
+        ranks (``last_batch="short"``), in file order or shuffled. Every rank iterates the same
+        epochs; the first call is collective (the locator's tables grow to every record)."""
+        if self._closed:
+            raise LmdbioError("the Reader is closed")
+        k = self.pipe.layout.k
+        t0 = -(-self._t // k) * k   # epochs start on a chunk
+        rows = collective(self.comm, self.pipe.start_epoch, e, t0, self.rec)
+        self._t = t0
+        try:
+            for _ in range(rows.batches):
+                yield self.read_batch()
+        finally:   # the next epoch starts on the next chunk (past the padding rows)
+            self.pipe.end_epoch()
+
+    def set_epoch(self, e: int) -> None:
+        """The epoch ``for batch in reader`` iterates (as ``DistributedSampler.set_epoch``)."""
+        self._epoch = e
+
+    def __iter__(self):
+        return self.epoch(self._epoch)
 
     def _abandon(self) -> None:
         if self.pipe is not None:
