@@ -74,6 +74,8 @@ class Reader:
             and cuts an epoch (:class:`lmdbio.pipeline.EpochPlan`; ``last_batch="short"``
             by default, PyTorch's ``drop_last=False``). Shuffled epochs need a variant
             that reads any record position (not a cursor walk: lmdb, LMM, DM).
+        prefetch: batches :meth:`epoch` reads ahead in a background thread (0: none;
+            :mod:`lmdbio.pipeline.prefetch`).
         on_error: what a rank that fails alone does (see above): ``"abort"``
             ends the whole job; ``"raise"`` raises on that rank only (the
             others stop at their timeout). Default: ``$LMDBIO_ON_ERROR`` or
@@ -89,7 +91,7 @@ class Reader:
                  build_provenance: bool = False, measure: bool = True,
                  on_error: str | None = None, shuffle: bool = False, seed: int = 0,
                  shuffle_chunk: int | None = None, shuffle_window: int = 4,
-                 last_batch: str = "short"):
+                 last_batch: str = "short", prefetch: int = 0):
         self.comm = comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank, self.nprocs = comm.rank, comm.size
         self._closed = True
@@ -103,6 +105,7 @@ class Reader:
         self.topology: Topology | None = None
         self.pipe: Pipeline | None = None
         self._epoch = 0
+        self._pf = None   # the epoch's Prefetch, while one runs
 
         def check_args():
             check_settings(on_error)
@@ -151,7 +154,7 @@ class Reader:
             self.topology = (make_topology(comm, ranks_per_node, readers_per_node)
                              if self.options.localized else None)
             self.pipe = Pipeline(self.options, comm, self.topology, self.per_rank, build_provenance,
-                                 collective(comm, lambda: self.epochs))
+                                 collective(comm, lambda: self.epochs), prefetch)
             self.is_reader = self.pipe.is_reader
 
             def meta():   # rank 0 reads the meta page only (no map, no LMDB)
@@ -232,7 +235,7 @@ class Reader:
         if self._closed:
             raise LmdbioError("the Reader is closed")
         try:
-            batch = self.pipe.read(self._t, self.rec)
+            batch = self._pf.next() if self._pf is not None else self.pipe.read(self._t, self.rec)
         except Exception as exc:
             # Tell the reader group at once, so its ranks stop waiting for us.
             self._abandon()
@@ -252,11 +255,19 @@ class Reader:
         t0 = -(-self._t // k) * k   # epochs start on a chunk
         rows = collective(self.comm, self.pipe.start_epoch, e, t0, self.rec)
         self._t = t0
+        self._pf = self.pipe.prefetch(t0, t0 + rows.batches, self.rec)
         try:
             for _ in range(rows.batches):
                 yield self.read_batch()
         finally:   # the next epoch starts on the next chunk (past the padding rows)
+            self._stop_prefetch()
             self.pipe.end_epoch()
+
+    def _stop_prefetch(self) -> None:
+        pf, self._pf = self._pf, None
+        if pf is not None:
+            pf.close()
+            self._t = max(self._t, pf.read_to)   # chunks it read are not read again
 
     def set_epoch(self, e: int) -> None:
         """The epoch ``for batch in reader`` iterates (as ``DistributedSampler.set_epoch``)."""
@@ -325,6 +336,7 @@ class Reader:
         self._closed = True
         problem = None
         try:
+            self._stop_prefetch()
             if self.pipe is not None:
                 self.pipe.finish(failed, self._t)
         except Exception as exc:  # noqa: BLE001 - still let go of everything below

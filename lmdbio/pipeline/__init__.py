@@ -15,6 +15,7 @@ Distributor               distribute.Private / PrivateSlots (per rank),
                           distribute.NodeGroup (LMM: the node's shared slots)
 Coalesce                  coalesce.Coalesce (COAL: batches per chunk)
 Stagger                   stagger.Stagger (STAG: readers take turns)
+Prefetch                  prefetch.Prefetch (a thread reads d batches ahead)
 Epoch                     epoch.epoch_rows (the positions of an epoch's batches:
                           file order or shuffled; the last-batch policy)
 ========================  =====================================================
@@ -42,6 +43,7 @@ from .distribute import NodeGroup, Private, PrivateSlots
 from .epoch import EpochPlan, EpochRows, epoch_rows
 from .fetch import MmapCopy, Preadv
 from .index import Index
+from .prefetch import Prefetch, check_prefetch
 from .key import Key
 from .prov import Prov, ProvOrIndex
 from .ring import Ring
@@ -98,8 +100,11 @@ class Pipeline:
     """
 
     def __init__(self, options: Options, comm, topology, per_rank: int,
-                 build_provenance: bool = False, epochs: EpochPlan | None = None):
+                 build_provenance: bool = False, epochs: EpochPlan | None = None,
+                 prefetch: int = 0):
         o = self.options = options
+        dist = DISTRIBUTORS[(o.localized, o.fetch)]
+        self.depth = check_prefetch(prefetch, dist.collective_free, o.name)
         self.epochs = epochs if epochs is not None else EpochPlan()
         if self.epochs.shuffle and not shuffles(o):
             able = ", ".join(n for n in VARIANTS + EXTRA_VARIANTS
@@ -111,7 +116,9 @@ class Pipeline:
         self.comm, self.topology, self.per_rank = comm, topology, per_rank
         self.locator = LOCATORS[(o.localized, o.locate)].from_options(o, build_provenance)
         self.fetcher = FETCHERS[o.fetch]()
-        self.distributor = DISTRIBUTORS[(o.localized, o.fetch)](comm, topology, per_rank)
+        self.distributor = dist(comm, topology, per_rank)
+        if self.depth and getattr(self.distributor, "nslots", 0):
+            self.distributor.nslots += self.depth + 1   # see prefetch.py: batches alive at once
         self.coalesce = Coalesce(o.coalesce_bytes)
         self.stagger: Stagger | NoStagger = NoStagger()
         self.is_reader = self.distributor.is_reader
@@ -167,6 +174,12 @@ class Pipeline:
         """Back to the endless stream (its positions; the tables still cover them)."""
         self.layout = self.locator.layout = self._stream
         self.epoch = None
+
+    def prefetch(self, start: int, stop: int, rec) -> Prefetch | None:
+        """Read batches ``start .. stop-1`` ahead in a thread (None when the depth is 0)."""
+        if not self.depth:
+            return None
+        return Prefetch(lambda t: self.read(t, rec), start, stop, self.depth, self.comm.rank)
 
     # -- reading
     def read(self, t: int, rec) -> Batch:

@@ -112,6 +112,8 @@ class Distributor:
 
     name = ""
     is_reader = True
+    #: Reading needs no messages between ranks (a background thread may read ahead).
+    collective_free = False
 
     def setup(self, layout, capacity: int) -> None:
         """Allocate the buffers (collective over the ranks that share them)."""

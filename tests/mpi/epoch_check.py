@@ -30,6 +30,7 @@ p.add_argument("--shuffle", action="store_true")
 p.add_argument("--epochs", type=int, default=2)
 p.add_argument("--chunk", type=int, default=7)
 p.add_argument("--window", type=int, default=3)
+p.add_argument("--prefetch", type=int, default=0)
 args = p.parse_args()
 
 comm = MPI.COMM_WORLD
@@ -45,12 +46,13 @@ for variant in args.variants.split(","):
         rpn_s, rpr_s = topo.split(":")
         rpn = None if rpn_s == "None" else int(rpn_s)
         for policy in args.policies.split(","):
-            what = f"{variant} {topo} {policy} shuffle={args.shuffle}"
+            what = f"{variant} {topo} {policy} shuffle={args.shuffle} prefetch={args.prefetch}"
             seen = []
             with lmdbio.Reader(args.db, B, comm, variant=variant, ranks_per_node=rpn,
                                readers_per_node=int(rpr_s), build_provenance=True,
                                shuffle=args.shuffle, seed=3, shuffle_chunk=args.chunk,
-                               shuffle_window=args.window, last_batch=policy) as r:
+                               shuffle_window=args.window, last_batch=policy,
+                               prefetch=args.prefetch) as r:
                 for e in range(args.epochs):
                     mine = []
                     r.set_epoch(e)
