@@ -9,7 +9,7 @@ below k hides only part of each chunk's read, so COAL=1 (k = 1) is the cleaner t
 Per variant, cold (``posix_fadvise(DONTNEED)`` on data.mdb before each timed epoch, after
 an untimed first epoch):
 
-1. an epoch with no compute measures the I/O time per batch, ``io``;
+1. an epoch with no compute measures the I/O time of the median batch, ``io``;
 2. epochs with emulated compute of ``c = 1.5 * io`` per batch, for each depth d:
    ``sleep`` (releases the GIL, as a GPU step does) and ``busy`` (a pure-Python
    loop of the same length: holds the GIL, the worst case for a thread).
@@ -42,12 +42,13 @@ def busy(seconds: float) -> None:
 
 
 def run_epoch(r, e, compute, how, cold):
-    """(wall, waits, batches) of epoch ``e`` after an untimed epoch 0 (the first epoch builds
-    the locator's table of every record); waits = seconds the caller spent in next()."""
+    """(wall, wait, batches, median wait) of epoch ``e`` after an untimed epoch 0 (the first
+    epoch builds the locator's table of every record); wait: seconds the caller spent in
+    next()."""
     for _ in r.epoch(0):
         pass
     cold()
-    wait = 0.0
+    waits = []
     it = r.epoch(e)
     t_start = time.perf_counter()
     n = 0
@@ -57,11 +58,11 @@ def run_epoch(r, e, compute, how, cold):
             next(it)
         except StopIteration:
             break
-        wait += time.perf_counter() - t0
+        waits.append(time.perf_counter() - t0)
         n += 1
         if compute:
             (time.sleep if how == "sleep" else busy)(compute)
-    return time.perf_counter() - t_start, wait, n
+    return time.perf_counter() - t_start, sum(waits), n, statistics.median(waits)
 
 
 def main():
@@ -87,19 +88,20 @@ def main():
     for variant in variants:
         with lmdbio.Reader(db, B, comm, variant=variant, prefetch=0, coalesce_bytes=coal) as r:
             k = r.coalesce
-            wall, wait, n = run_epoch(r, 1, 0.0, "sleep", cold)
-        io = comm.allreduce(wait / n, op=MPI.MAX)
+            _, _, _, med = run_epoch(r, 1, 0.0, "sleep", cold)
+        io = comm.allreduce(med, op=MPI.MAX)   # the median batch: robust to a busy machine
         c = 1.5 * io
         for how in ("sleep", "busy"):
             for d in depths:
                 with lmdbio.Reader(db, B, comm, variant=variant, prefetch=d,
                                    coalesce_bytes=coal) as r:
-                    wall, wait, n = run_epoch(r, 1, c, how, cold)
+                    wall, wait, n, _ = run_epoch(r, 1, c, how, cold)
                 walls = comm.gather(wall / n, root=0)
                 waits = comm.gather(wait / n, root=0)
                 if comm.rank == 0:
                     w, q = max(walls), statistics.mean(waits)
-                    print(f"{variant + f' k={k}':<15} {d:>2} {how:>8} {io * 1e3:>7.2f} {c * 1e3:>6.2f} "
+                    name = f"{variant} k={k}"
+                    print(f"{name:<15} {d:>2} {how:>8} {io * 1e3:>7.2f} {c * 1e3:>6.2f} "
                           f"{w * 1e3:>8.2f} {q * 1e3:>8.2f} {q / w:>9.3f}")
 
 

@@ -70,12 +70,9 @@ class Reader:
         stagger_size: STAG's readers per group (default half the readers).
         build_provenance: PROV builds a missing or stale sidecar instead of failing.
         measure: record per-phase timings for :meth:`stats`.
-        shuffle, seed, shuffle_chunk, shuffle_window, last_batch: how :meth:`epoch` orders
-            and cuts an epoch (:class:`lmdbio.pipeline.EpochPlan`; ``last_batch="short"``
-            by default, PyTorch's ``drop_last=False``). Shuffled epochs need a variant
-            that reads any record position (not a cursor walk: lmdb, LMM, DM).
-        prefetch: batches :meth:`epoch` reads ahead in a background thread (0: none;
-            :mod:`lmdbio.pipeline.prefetch`).
+        shuffle, seed, shuffle_chunk, shuffle_window, last_batch: :meth:`epoch`'s order and
+            last batch (:class:`lmdbio.pipeline.EpochPlan`); prefetch: batches it reads ahead
+            in a thread (:mod:`lmdbio.pipeline.prefetch`).
         on_error: what a rank that fails alone does (see above): ``"abort"``
             ends the whole job; ``"raise"`` raises on that rank only (the
             others stop at their timeout). Default: ``$LMDBIO_ON_ERROR`` or
@@ -154,7 +151,7 @@ class Reader:
             self.topology = (make_topology(comm, ranks_per_node, readers_per_node)
                              if self.options.localized else None)
             self.pipe = Pipeline(self.options, comm, self.topology, self.per_rank, build_provenance,
-                                 collective(comm, lambda: self.epochs), prefetch)
+                                 self.epochs, prefetch)
             self.is_reader = self.pipe.is_reader
 
             def meta():   # rank 0 reads the meta page only (no map, no LMDB)
@@ -246,9 +243,8 @@ class Reader:
         return batch
 
     def epoch(self, e: int):
-        """Iterate over this rank's batches of epoch ``e``: every record exactly once across the
-        ranks (``last_batch="short"``), in file order or shuffled. Every rank iterates the same
-        epochs; the first call is collective (the locator's tables grow to every record)."""
+        """This rank's batches of epoch ``e`` (every record once across the ranks under
+        ``"short"``). Collective: every rank iterates the same epochs."""
         if self._closed:
             raise LmdbioError("the Reader is closed")
         k = self.pipe.layout.k
@@ -269,8 +265,7 @@ class Reader:
             pf.close()
             self._t = max(self._t, pf.read_to)   # chunks it read are not read again
 
-    def set_epoch(self, e: int) -> None:
-        """The epoch ``for batch in reader`` iterates (as ``DistributedSampler.set_epoch``)."""
+    def set_epoch(self, e: int) -> None:   # as DistributedSampler's: what ``for b in reader`` reads
         self._epoch = e
 
     def __iter__(self):
