@@ -8,12 +8,12 @@ chunk (COAL). Everything here is arithmetic on numpy arrays: no I/O, no MPI.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 __all__ = ["Layout", "positions_touched", "positions_runs", "chunk_runs", "coalesce_batches",
-           "plan_extents", "slot_bytes", "record_indices"]
+           "plan_extents", "slot_bytes", "record_indices", "runs_of"]
 
 
 def positions_touched(n: int, batch: int, lo: int, count: int) -> np.ndarray:
@@ -69,26 +69,63 @@ def slot_bytes(records: int, mean_size: float) -> int:
     return int(records * mean_size * 1.25) + (64 << 10)
 
 
+def runs_of(positions: np.ndarray) -> list[tuple[int, int]]:
+    """Split ``positions`` (in order) into (first, length) runs of consecutive records."""
+    p = np.asarray(positions, dtype=np.int64)
+    if len(p) == 0:
+        return []
+    cut = np.flatnonzero(np.diff(p) != 1) + 1
+    starts = np.concatenate(([0], cut))
+    lens = np.diff(np.concatenate((starts, [len(p)])))
+    return list(zip(p[starts].tolist(), lens.tolist()))
+
+
 @dataclass(frozen=True)
 class Layout:
     """One reader's share of every batch: ``count`` records from offset ``lo``, ``k`` batches
-    per chunk, of a snapshot of ``n`` records read in global batches of ``batch``."""
+    per chunk, of a snapshot of ``n`` records read in global batches of ``batch``.
+
+    Without ``rows`` the batches are the endless stream (batch t holds positions
+    ``(t*B + j) mod n``). With ``rows`` (an epoch, :mod:`lmdbio.pipeline.epoch`) batch
+    ``t`` holds ``rows[t - t0]``: any positions, so locators look them up rather than
+    compute them.
+    """
 
     n: int
     batch: int
     lo: int
     count: int
     k: int = 1
+    rows: np.ndarray | None = field(default=None, compare=False, repr=False)
+    t0: int = 0
+
+    def positions(self, t: int) -> np.ndarray:
+        """The positions this reader reads in batch ``t`` (int64, in delivery order)."""
+        if self.rows is None:
+            return record_indices(self.first(t), self.count, self.n)
+        return self.rows[t - self.t0, self.lo:self.lo + self.count]
+
+    def chunk_positions(self, chunk: int) -> np.ndarray:
+        """The positions this reader reads in ``chunk`` (its ``k`` batches), in order."""
+        ts = range(chunk * self.k, chunk * self.k + self.k)
+        return np.concatenate([self.positions(t) for t in ts])
 
     def first(self, t: int) -> int:
-        """Position (not reduced mod n) of the reader's first record in batch ``t``."""
-        return t * self.batch + self.lo
+        """Position of the reader's first record in batch ``t`` (stream: not reduced mod n)."""
+        if self.rows is None:
+            return t * self.batch + self.lo
+        return int(self.rows[t - self.t0, self.lo])
 
     def runs(self, chunk: int) -> list[tuple[int, int]]:
-        return chunk_runs(chunk, self.k, self.batch, self.lo, self.count, self.n)
+        if self.rows is None:
+            return chunk_runs(chunk, self.k, self.batch, self.lo, self.count, self.n)
+        return runs_of(self.chunk_positions(chunk))
 
     def touched(self) -> np.ndarray:
-        """Every position this reader ever reads, ascending."""
+        """Every position this reader ever reads, ascending (an epoch's order can put any
+        record anywhere, so: all of them)."""
+        if self.rows is not None:
+            return np.arange(self.n, dtype=np.int64)
         return positions_touched(self.n, self.batch, self.lo, self.count)
 
 

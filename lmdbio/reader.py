@@ -15,7 +15,7 @@ from .errors import LmdbioError, PeerError, PeerTimeoutError, SnapshotError
 from .format import db_file, read_meta
 from .metrics import PhaseRecorder, totals_row, totals_snapshot
 from .options import Options, choose_auto, parse_variant
-from .pipeline import Pipeline
+from .pipeline import EpochPlan, Pipeline
 from .topology import Topology, make_topology, node_number
 from .waiting import timeout
 
@@ -70,6 +70,9 @@ class Reader:
         stagger_size: STAG's readers per group (default half the readers).
         build_provenance: PROV builds a missing or stale sidecar instead of failing.
         measure: record per-phase timings for :meth:`stats`.
+        shuffle, seed, shuffle_chunk, shuffle_window, last_batch: :meth:`epoch`'s order and
+            last batch (:class:`lmdbio.pipeline.EpochPlan`); prefetch: batches it reads ahead
+            in a thread (:mod:`lmdbio.pipeline.prefetch`).
         on_error: what a rank that fails alone does (see above): ``"abort"``
             ends the whole job; ``"raise"`` raises on that rank only (the
             others stop at their timeout). Default: ``$LMDBIO_ON_ERROR`` or
@@ -83,7 +86,9 @@ class Reader:
                  readers_per_node: int = 1, *, options: Options | None = None,
                  coalesce_bytes: int | None = None, stagger_size: int | None = None,
                  build_provenance: bool = False, measure: bool = True,
-                 on_error: str | None = None):
+                 on_error: str | None = None, shuffle: bool = False, seed: int = 0,
+                 shuffle_chunk: int | None = None, shuffle_window: int = 4,
+                 last_batch: str = "short", prefetch: int = 0):
         self.comm = comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank, self.nprocs = comm.rank, comm.size
         self._closed = True
@@ -96,9 +101,12 @@ class Reader:
         self._missing: list[int] = []
         self.topology: Topology | None = None
         self.pipe: Pipeline | None = None
+        self._epoch = 0
+        self._pf = None   # the epoch's Prefetch, while one runs
 
         def check_args():
             check_settings(on_error)
+            self.epochs = EpochPlan(shuffle, seed, shuffle_chunk, shuffle_window, last_batch)
             if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
                 raise TypeError(f"batch_size must be an integer, got {type(batch_size).__name__}")
             if batch_size <= 0:
@@ -142,7 +150,8 @@ class Reader:
 
             self.topology = (make_topology(comm, ranks_per_node, readers_per_node)
                              if self.options.localized else None)
-            self.pipe = Pipeline(self.options, comm, self.topology, self.per_rank, build_provenance)
+            self.pipe = Pipeline(self.options, comm, self.topology, self.per_rank, build_provenance,
+                                 self.epochs, prefetch)
             self.is_reader = self.pipe.is_reader
 
             def meta():   # rank 0 reads the meta page only (no map, no LMDB)
@@ -223,7 +232,7 @@ class Reader:
         if self._closed:
             raise LmdbioError("the Reader is closed")
         try:
-            batch = self.pipe.read(self._t, self.rec)
+            batch = self._pf.next() if self._pf is not None else self.pipe.read(self._t, self.rec)
         except Exception as exc:
             # Tell the reader group at once, so its ranks stop waiting for us.
             self._abandon()
@@ -232,6 +241,35 @@ class Reader:
             raise   # inside ``with``: __exit__ decides, with the other ranks
         self._t += 1
         return batch
+
+    def epoch(self, e: int):
+        """This rank's batches of epoch ``e`` (every record once across the ranks under
+        ``"short"``). Collective: every rank iterates the same epochs."""
+        if self._closed:
+            raise LmdbioError("the Reader is closed")
+        k = self.pipe.layout.k
+        t0 = -(-self._t // k) * k   # epochs start on a chunk
+        rows = collective(self.comm, self.pipe.start_epoch, e, t0, self.rec)
+        self._t = t0
+        self._pf = self.pipe.prefetch(t0, t0 + rows.batches, self.rec)
+        try:
+            for _ in range(rows.batches):
+                yield self.read_batch()
+        finally:   # the next epoch starts on the next chunk (past the padding rows)
+            self._stop_prefetch()
+            self.pipe.end_epoch()
+
+    def _stop_prefetch(self) -> None:
+        pf, self._pf = self._pf, None
+        if pf is not None:
+            pf.close()
+            self._t = max(self._t, pf.read_to)   # chunks it read are not read again
+
+    def set_epoch(self, e: int) -> None:   # as DistributedSampler's: what ``for b in reader`` reads
+        self._epoch = e
+
+    def __iter__(self):
+        return self.epoch(self._epoch)
 
     def _abandon(self) -> None:
         if self.pipe is not None:
@@ -293,6 +331,7 @@ class Reader:
         self._closed = True
         problem = None
         try:
+            self._stop_prefetch()
             if self.pipe is not None:
                 self.pipe.finish(failed, self._t)
         except Exception as exc:  # noqa: BLE001 - still let go of everything below

@@ -15,7 +15,16 @@ Distributor               distribute.Private / PrivateSlots (per rank),
                           distribute.NodeGroup (LMM: the node's shared slots)
 Coalesce                  coalesce.Coalesce (COAL: batches per chunk)
 Stagger                   stagger.Stagger (STAG: readers take turns)
+Prefetch                  prefetch.Prefetch (a thread reads d batches ahead)
+Epoch                     epoch.epoch_rows (the positions of an epoch's batches:
+                          file order or shuffled; the last-batch policy)
 ========================  =====================================================
+
+Between epochs the batches are the endless stream (batch t: positions
+``(t*B + j) mod n``); :meth:`Pipeline.start_epoch` hands the layout an
+epoch's rows instead. Shuffled epochs need a locator that reads any position
+(``random_access``: index, provenance, key); the cursor walks (walk, ring)
+serve file-order epochs only.
 
 :data:`VARIANT_STAGES` names the stages of every named variant. Adding a
 variant means adding a stage class or a row to the tables below.
@@ -23,13 +32,18 @@ variant means adding a stage class or a row to the tables below.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..batch import Batch
 from ..options import EXTRA_VARIANTS, VARIANTS, Options, parse_variant
 from ..plan import Layout, record_indices, slot_bytes
 from .coalesce import Coalesce
+from ..errors import ConfigurationError
 from .distribute import NodeGroup, Private, PrivateSlots
+from .epoch import EpochPlan, EpochRows, epoch_rows
 from .fetch import MmapCopy, Preadv
 from .index import Index
+from .prefetch import Prefetch, check_prefetch
 from .key import Key
 from .prov import Prov, ProvOrIndex
 from .ring import Ring
@@ -37,7 +51,8 @@ from .stage import Distributor, Extents, Fetcher, Locator, Views
 from .stagger import NoStagger, Stagger
 from .walk import Walk
 
-__all__ = ["Pipeline", "VARIANT_STAGES", "stage_names", "LOCATORS", "FETCHERS", "DISTRIBUTORS",
+__all__ = ["Pipeline", "VARIANT_STAGES", "EpochPlan", "EpochRows", "epoch_rows", "shuffles",
+           "stage_names", "LOCATORS", "FETCHERS", "DISTRIBUTORS",
            "Locator", "Fetcher", "Distributor", "Views", "Extents"]
 
 #: (localized, locate) -> Locator
@@ -66,6 +81,11 @@ def stage_names(options: Options) -> tuple[str, ...]:
             + (("coalesce",) if o.coalesce_bytes else ()) + (("stagger",) if o.staggered else ()))
 
 
+def shuffles(options: Options) -> bool:
+    """Whether ``options``' locator reads any record positions (shuffled epochs)."""
+    return LOCATORS[(options.localized, options.locate)].random_access
+
+
 #: Every named variant (the papers' seven, lmdb-get, lmdbio-direct) -> its stages.
 VARIANT_STAGES: dict[str, tuple[str, ...]] = {
     name: stage_names(parse_variant(name)) for name in VARIANTS + EXTRA_VARIANTS if name != "auto"}
@@ -80,16 +100,32 @@ class Pipeline:
     """
 
     def __init__(self, options: Options, comm, topology, per_rank: int,
-                 build_provenance: bool = False):
+                 build_provenance: bool = False, epochs: EpochPlan | None = None,
+                 prefetch: int = 0):
         o = self.options = options
+        dist = DISTRIBUTORS[(o.localized, o.fetch)]
+        self.depth = check_prefetch(prefetch, dist.collective_free, o.name)
+        self.epochs = epochs if epochs is not None else EpochPlan()
+        if self.epochs.shuffle and not shuffles(o):
+            able = ", ".join(n for n in VARIANTS + EXTRA_VARIANTS
+                             if n != "auto" and shuffles(parse_variant(n)))
+            raise ConfigurationError(
+                f"variant {o.name!r} locates records by walking a cursor forward, which cannot "
+                f"serve a shuffled epoch without walking the file once per chunk; use a variant "
+                f"that reads any record position ({able}), or shuffle=False")
         self.comm, self.topology, self.per_rank = comm, topology, per_rank
         self.locator = LOCATORS[(o.localized, o.locate)].from_options(o, build_provenance)
         self.fetcher = FETCHERS[o.fetch]()
-        self.distributor = DISTRIBUTORS[(o.localized, o.fetch)](comm, topology, per_rank)
+        self.distributor = dist(comm, topology, per_rank)
+        if self.depth and getattr(self.distributor, "nslots", 0):
+            self.distributor.nslots += self.depth + 1   # see prefetch.py: batches alive at once
         self.coalesce = Coalesce(o.coalesce_bytes)
         self.stagger: Stagger | NoStagger = NoStagger()
         self.is_reader = self.distributor.is_reader
         self.layout: Layout | None = None
+        self._stream: Layout | None = None   # the endless stream's layout, between epochs
+        self.epoch: EpochRows | None = None
+        self._all_positions = False          # the locator's tables cover every record
         self._chunk = -1
 
     # -- setup: prepare, open (inside the Reader's snapshot agreement), setup
@@ -112,12 +148,38 @@ class Pipeline:
         tables, join the turns and allocate the buffers. Collective; returns ``k``."""
         d = self.distributor
         k = self.coalesce.batches(d.count * mean_size, n // batch_size)
-        self.layout = Layout(n, batch_size, d.lo, d.count, k)
+        self.layout = self._stream = Layout(n, batch_size, d.lo, d.count, k)
         self.locator.setup(self.comm, d.readers, self.layout, row)
         if self.options.staggered and self.is_reader:
             self.stagger = Stagger.join(self.topology, self.options.stagger_size)
         d.setup(self.layout, slot_bytes(d.count * k, mean_size))
         return k
+
+    # -- epochs
+    def start_epoch(self, epoch: int, t0: int, rec) -> EpochRows:
+        """Read epoch ``epoch``'s rows from batch ``t0`` (a multiple of ``k``) on. Collective
+        the first time: the locator's tables are rebuilt to cover every record."""
+        base = self._stream
+        rows = epoch_rows(self.epochs, base.n, base.batch, self.comm.size, base.k, epoch)
+        lay = replace(base, rows=rows.rows, t0=t0)
+        if not self._all_positions:
+            with rec.phase("setup", -1) as row:
+                self.locator.setup(self.comm, self.distributor.readers, lay, row)
+            self._all_positions = True
+        self.layout = self.locator.layout = lay
+        self.epoch = rows
+        return rows
+
+    def end_epoch(self) -> None:
+        """Back to the endless stream (its positions; the tables still cover them)."""
+        self.layout = self.locator.layout = self._stream
+        self.epoch = None
+
+    def prefetch(self, start: int, stop: int, rec) -> Prefetch | None:
+        """Read batches ``start .. stop-1`` ahead in a thread (None when the depth is 0)."""
+        if not self.depth:
+            return None
+        return Prefetch(lambda t: self.read(t, rec), start, stop, self.depth, self.comm.rank)
 
     # -- reading
     def read(self, t: int, rec) -> Batch:
@@ -130,8 +192,16 @@ class Pipeline:
             else:
                 self.distributor.receive(chunk, rec, t)
             self._chunk = chunk
-        first = t * lay.batch + self.comm.rank * self.per_rank
-        return self.distributor.batch(chunk, it, record_indices(first, self.per_rank, lay.n))
+        share, r = self.per_rank, self.comm.rank
+        if lay.rows is None:
+            return self.distributor.batch(chunk, it, record_indices(t * lay.batch + r * share,
+                                                                    share, lay.n))
+        i = t - lay.t0
+        b = self.distributor.batch(chunk, it, lay.rows[i, r * share:(r + 1) * share])
+        keep = self.epoch.kept(i, r, share)
+        if keep < share:   # a short last batch: this rank's share is the front of its block
+            b = Batch(b.buffer, b.offsets[:keep], b.sizes[:keep], b.indices[:keep])
+        return b
 
     def _fill(self, chunk: int, rec) -> None:
         """Reader: locate and fetch one chunk's records into the distributor's buffer, publish them."""

@@ -24,6 +24,7 @@ class Private(Distributor):
     """
 
     name = "private"
+    collective_free = True
 
     SLOTS = 0
 

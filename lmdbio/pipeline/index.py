@@ -53,6 +53,8 @@ class Table(Locator):
     writer cannot recycle the pages the offsets point to.
     """
 
+    random_access = True
+
     def __init__(self):
         self.snapshot = None
         self.path = None
@@ -83,21 +85,16 @@ class Table(Locator):
     def locate(self, chunk: int, rec) -> Extents:
         t = chunk * self.layout.k
         with rec.phase("locate", t) as row:
-            runs = self.layout.runs(chunk)
-            self.check_chunk(runs)
-            offs, sizes = [], []
+            self.check_chunk(self.layout.runs(chunk))
+            want = self.layout.chunk_positions(chunk)
             pos = self._pos
-            for first, count in runs:
-                # A run of positions is a run of the (sorted, unique) table if its ends match.
-                i0 = int(np.searchsorted(pos, first))
-                if (i0 + count > len(pos) or int(pos[i0]) != first
-                        or int(pos[i0 + count - 1]) != first + count - 1):
-                    raise LmdbioError(f"{self.path}: the table has no entries for records "
-                                      f"{first}..{first + count - 1} (internal error: please report)")
-                offs.append(self._off[i0:i0 + count])
-                sizes.append(self._size[i0:i0 + count])
-            size = np.concatenate(sizes)
-            start, length, buf_off = plan_extents(np.concatenate(offs), size)
+            i = np.searchsorted(pos, want)
+            ok = i < len(pos)
+            if not ok.all() or not np.array_equal(pos[i], want):
+                raise LmdbioError(f"{self.path}: the table has no entries for some records of "
+                                  f"chunk {chunk} (internal error: please report)")
+            offs, size = self._off[i], self._size[i]
+            start, length, buf_off = plan_extents(offs, size)
             row["extents"] = len(start)
         return Extents(start, length, buf_off, size)
 

@@ -8,7 +8,6 @@ import numpy as np
 from ..collective import collective
 from ..errors import LmdbioError, SnapshotError
 from ..index import build_index
-from ..plan import positions_runs
 from .stage import Views
 from .walk import Walk
 
@@ -19,6 +18,7 @@ class Key(Walk):
     """Locate by key: this rank's keys, listed from the leaf pages of its snapshot."""
 
     name = "key"
+    random_access = True
 
     def __init__(self):
         super().__init__()
@@ -67,9 +67,7 @@ class Key(Walk):
     def locate(self, chunk: int, rec) -> Views:
         t = chunk * self.layout.k
         with rec.phase("locate", t):
-            keys = []
-            for a, m in positions_runs(self.layout.first(t), self.layout.count, self.layout.n):
-                i0 = int(np.searchsorted(self._pos, a))
-                keys += self._keys[i0:i0 + m]
+            idx = np.searchsorted(self._pos, self.layout.chunk_positions(chunk)).tolist()
+            keys = [self._keys[i] for i in idx]
         get = self._get
         return Views(self.walker.check_size, lookup=lambda: [get(k) for k in keys])

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import PeerTimeoutError
 from ..waiting import completes_within, timeout, wait_request
 from .stage import Views
-from .walk import Walk
+from .walk import Walk, walk_runs
 
 __all__ = ["Ring"]
 
@@ -61,7 +61,6 @@ class Ring(Walk):
     def locate(self, chunk: int, rec) -> Views:
         t = chunk * self.layout.k
         w, rc = self.walker, self.readers
-        first = self.layout.first(t)
         k, R = rc.rank, rc.size
         if self.speculative:
             self._speculate(t, rec)
@@ -77,9 +76,9 @@ class Ring(Walk):
             w0 = w.walked
             if key is not None:
                 w.seek_key(key, pos)
-            elif t == 0 and w.pos != first:
-                w.skip_to(first)   # single reader at the start: already at record 0
-            values = w.take(self.layout.count)
+            # The handed cursor ends the previous reader's records: ours start there, except
+            # around an epoch's end (a few records back or on, walked to).
+            values = walk_runs(w, self.layout.runs(chunk))
             row["records_walked"] = w.walked - w0
             if R > 1:
                 self._pending.append(rc.isend((w.key(), w.pos), dest=(k + 1) % R, tag=_TAG))

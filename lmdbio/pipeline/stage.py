@@ -48,6 +48,9 @@ class Locator:
     """Finds a reader's records: opens the snapshot it reads, then locates one chunk at a time."""
 
     name = ""
+    #: It can locate any record positions (not only runs a cursor walks forward to):
+    #: shuffled epochs need this.
+    random_access = False
     #: LMDB's reader lock protects this locator's snapshot (None: nothing open).
     locked: bool | None = None
 
@@ -109,6 +112,8 @@ class Distributor:
 
     name = ""
     is_reader = True
+    #: Reading needs no messages between ranks (a background thread may read ahead).
+    collective_free = False
 
     def setup(self, layout, capacity: int) -> None:
         """Allocate the buffers (collective over the ranks that share them)."""

@@ -11,7 +11,28 @@ from ..index import check_tree
 from ..lmdbenv import CursorWalker, acquire
 from .stage import Locator, Views
 
-__all__ = ["Walk"]
+__all__ = ["Walk", "walk_runs"]
+
+
+def walk_runs(w: CursorWalker, runs) -> list:
+    """Take each (first, count) run's values, walking the cursor to it: forward with
+    ``next()``, or back with ``prev()`` when the run starts a little behind (an epoch's
+    last batch, the next epoch's start), never around the whole file for that."""
+    values = []
+    for first, count in runs:
+        back = (w.pos - first) % w.n
+        if 0 < back < w.n // 2:
+            w.check_size()
+            prev, last = w.cursor.prev, w.cursor.last
+            for _ in range(back):
+                if not prev():
+                    last()
+            w.pos = first % w.n
+            w.walked += back
+        else:
+            w.skip_to(first)
+        values += w.take(count)
+    return values
 
 
 class Walk(Locator):
@@ -46,8 +67,7 @@ class Walk(Locator):
         w = self.walker
         with rec.phase("locate", t) as row:
             w0 = w.walked
-            w.skip_to(self.layout.first(t))
-            values = w.take(self.layout.count)
+            values = walk_runs(w, self.layout.runs(chunk))
             row["records_walked"] = w.walked - w0
         return Views(w.check_size, values)
 

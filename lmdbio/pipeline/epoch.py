@@ -1,0 +1,98 @@
+"""Epochs: which records each global batch of an epoch holds, for every stage downstream.
+
+An epoch is a table of rows, one global batch each (:class:`EpochRows`); the
+pipeline's :class:`~lmdbio.plan.Layout` takes it, and every locator reads the
+positions its rows name. The order is the file order (``shuffle=False``) or
+:func:`lmdbio.shuffle.epoch_order` (chunks permuted, windows shuffled, seeded
+by ``(seed, epoch)``): a pure function, so every rank computes the same rows.
+
+The last batch (``n % B`` records) follows :mod:`lmdbio.shuffle`'s policies.
+``"short"`` (the default, PyTorch's ``drop_last=False``) is read as a full row
+whose block ``r`` starts with rank r's share (:func:`lmdbio.shuffle.rank_batches`)
+and goes on with the records after it in the order; each rank keeps only its
+share, so the stages downstream never see a short batch. The rows are padded
+to a multiple of the chunk's ``k`` batches with rows from the start of the
+order: read with the last chunk, never delivered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import shuffle as sh
+
+__all__ = ["EpochPlan", "EpochRows", "epoch_rows"]
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """How epochs are ordered and cut.
+
+    Args:
+        shuffle: False: file order; True: :func:`lmdbio.shuffle.epoch_order`.
+        seed: the run's seed (>= 0); epoch ``e``'s order is seeded by ``(seed, e)``.
+        chunk: records per shuffled chunk (None: one coalesced chunk of global batches,
+            ``k * B``, what COAL reads together).
+        window: chunks per shuffle window.
+        last_batch: ``"short"``, ``"pad"`` or ``"drop"`` (:mod:`lmdbio.shuffle`).
+    """
+
+    shuffle: bool = False
+    seed: int = 0
+    chunk: int | None = None
+    window: int = 4
+    last_batch: str = sh.DEFAULT_POLICY
+
+    def __post_init__(self):
+        if not isinstance(self.shuffle, bool):
+            raise TypeError(f"shuffle must be True or False, got {self.shuffle!r}")
+        if self.last_batch not in sh.POLICIES:
+            raise ValueError(f"unknown last_batch policy {self.last_batch!r}; use one of "
+                             f"{', '.join(sh.POLICIES)}")
+        for name in ("seed", "window") + (("chunk",) if self.chunk is not None else ()):
+            sh._count(name, getattr(self, name), 0 if name == "seed" else 1)
+
+
+@dataclass(frozen=True)
+class EpochRows:
+    """One epoch's global batches: ``rows[t]`` the B positions of batch t (padded rows
+    included), ``batches`` delivered, and ``keep[r]`` records rank r keeps of the last one."""
+
+    rows: np.ndarray
+    batches: int
+    keep: np.ndarray
+
+    def kept(self, i: int, rank: int, share: int) -> int:
+        """Records of its ``share`` that ``rank`` keeps in the epoch's batch ``i``."""
+        return int(self.keep[rank]) if i == self.batches - 1 else share
+
+
+def epoch_rows(plan: EpochPlan, n: int, batch: int, nprocs: int, k: int, epoch: int) -> EpochRows:
+    """Epoch ``epoch``'s rows for ``n`` records, global batches of ``batch``, ``k`` batches per
+    chunk. Raises ValueError for ``batch > n`` (one batch would repeat records)."""
+    nb = sh.num_batches(n, batch, plan.last_batch)
+    sh._count("epoch", epoch, 0)
+    if plan.shuffle:
+        order = sh.epoch_order(n, plan.chunk or k * batch, plan.window, plan.seed, epoch)
+    else:
+        order = np.arange(n, dtype=np.int64)
+    full, rest = divmod(n, batch)
+    rows = [order[:full * batch].reshape(full, batch)]
+    share = batch // nprocs
+    keep = np.full(nprocs, share, dtype=np.int64)
+    if rest and plan.last_batch == "pad":
+        rows.append(np.concatenate([order[full * batch:], order[:batch - rest]])[None])
+    elif rest and plan.last_batch == "short":
+        q, r = divmod(rest, nprocs)
+        keep = q + (np.arange(nprocs) < r)
+        lo = np.arange(nprocs) * q + np.minimum(np.arange(nprocs), r)
+        # Block r: rank r's share, then the records after it (mostly the next rank's; a
+        # cursor steps back over them, never around the whole file).
+        idx = (full * batch + lo[:, None] + np.arange(share)[None, :]) % n
+        rows.append(order[idx.reshape(1, batch)])
+    pad = -len(np.concatenate(rows)) % k
+    filler = np.resize(np.arange(n, dtype=np.int64), pad * batch).reshape(pad, batch)
+    out = np.concatenate(rows + [order[filler]]).astype(np.int64)
+    return EpochRows(out, nb, keep)

@@ -1,0 +1,103 @@
+"""Prefetch: a background thread reads batches t+1..t+d while the caller computes on batch t.
+
+A thread, not a dedicated I/O rank: the work of the per-rank readers is
+``os.preadv`` (and numpy copies), which release the GIL, so the thread's
+reads overlap the caller's compute in the same process with no extra rank,
+no extra copy between processes and no MPI in the thread (see
+``benchmarks/bench_prefetch.py`` for the measurement). Only variants whose
+reads need no messages between ranks (:attr:`Distributor.collective_free`)
+run in a thread unless MPI was initialised with ``MPI_THREAD_MULTIPLE``.
+
+Memory: at most ``d`` batches wait in the queue, one is being read and the
+caller holds two (a batch stays valid until the rank's second following
+read), so the distributor keeps ``d + 1`` more slots than it would.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Callable
+
+from ..errors import ConfigurationError, LmdbioError
+
+__all__ = ["Prefetch", "check_prefetch"]
+
+
+def check_prefetch(depth, collective_free: bool, variant: str) -> int:
+    """Validate a prefetch depth for a variant; returns it as an int."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+        raise ValueError(f"prefetch must be a depth >= 0 (batches read ahead), got {depth!r}")
+    if depth and not collective_free:
+        from mpi4py import MPI
+
+        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+            raise ConfigurationError(
+                f"variant {variant!r} exchanges MPI messages while it reads, and MPI was not "
+                "initialised with MPI_THREAD_MULTIPLE, so its reads cannot run in a background "
+                "thread; use a per-rank variant (lmdbio-direct, lmdb-get, lmdb) or prefetch=0")
+    return depth
+
+
+class Prefetch:
+    """Reads ``read(t)`` for t in ``range(start, stop)`` in order, in a background thread, at
+    most ``depth`` batches ahead of the caller; :meth:`next` hands them out in order."""
+
+    def __init__(self, read: Callable[[int], object], start: int, stop: int, depth: int,
+                 rank: int):
+        self.rank = rank
+        self.next_t = start          # the first batch not yet handed out
+        self.read_to = start         # the first batch the thread has not read
+        self._q: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(read, start, stop),
+                                        name=f"lmdbio-prefetch-rank{rank}", daemon=True)
+        self._thread.start()
+
+    def _run(self, read, start: int, stop: int) -> None:
+        for t in range(start, stop):
+            if self._stop.is_set():
+                return
+            try:
+                item = (t, read(t), None)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                item = (t, None, exc)
+            self.read_to = t + 1
+            while not self._stop.is_set():
+                try:
+                    self._q.put(item, timeout=0.05)
+                    break
+                except queue.Full:
+                    continue
+            if item[2] is not None:
+                return
+
+    def next(self):
+        """The next batch; a failure of the background read raises here, naming the rank."""
+        while True:
+            if self._stop.is_set():
+                raise LmdbioError(f"rank {self.rank}: reading ahead was stopped (closed, or an "
+                                  "earlier background read failed)")
+            try:
+                t, batch, exc = self._q.get(timeout=0.05)
+                break
+            except queue.Empty:
+                if not self._thread.is_alive() and self._q.empty():
+                    raise LmdbioError(f"rank {self.rank}: no batch {self.next_t} to read ahead "
+                                      "(past the end of the range)") from None
+        self.next_t = t + 1
+        if exc is not None:
+            self.close()
+            raise LmdbioError(f"rank {self.rank}: the background read of batch {t} failed: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        return batch
+
+    def close(self) -> None:
+        """Stop reading ahead; waits for a read in flight (one chunk) to end. Idempotent."""
+        self._stop.set()
+        while True:
+            try:
+                self._q.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join()

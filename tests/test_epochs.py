@@ -1,0 +1,112 @@
+"""Epochs as a pipeline stage: every record once per epoch, shuffled or in file order, each
+last-batch policy, every variant (shuffled: the variants that read any record position)."""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import lmdbio
+from conftest import run_mpi
+from lmdbio.errors import ConfigurationError
+from lmdbio.pipeline import EpochPlan, epoch_rows, shuffles
+from lmdbio.options import parse_variant
+
+ALL = [v for v in lmdbio.VARIANTS + lmdbio.EXTRA_VARIANTS if v != "auto"]
+SHUFFLING = [v for v in ALL if shuffles(parse_variant(v))]
+WALKING = [v for v in ALL if v not in SHUFFLING]
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    from lmdbio.datasets import make_dataset
+
+    # 203 records: no batch size used here divides it, so every policy has a last batch to cut.
+    return make_dataset(tmp_path_factory.mktemp("epochs") / "c", "cifar10", 203,
+                        commit_every=50, seed=1)
+
+
+def test_variants_split_as_expected():
+    assert set(WALKING) == {"lmdb", "lmdbio-lmm", "lmdbio-lmm-dm"}
+    assert "lmdbio-direct" in SHUFFLING and "lmdb-get" in SHUFFLING
+
+
+@pytest.mark.parametrize("policy", ["short", "pad", "drop"])
+@pytest.mark.parametrize("nprocs,k", [(1, 1), (3, 2), (4, 4)])
+def test_rows_match_lmdbio_shuffle(policy, nprocs, k):
+    n, B = 203, 12
+    plan = EpochPlan(shuffle=True, seed=5, chunk=9, window=2, last_batch=policy)
+    er = epoch_rows(plan, n, B, nprocs, k, 3)
+    order = lmdbio.shuffle.epoch_order(n, 9, 2, 5, 3)
+    assert len(er.rows) % k == 0 and er.batches == lmdbio.shuffle.num_batches(n, B, policy)
+    share = B // nprocs
+    for r in range(nprocs):
+        want = lmdbio.shuffle.rank_batches(order, B, nprocs, r, policy)
+        got = [er.rows[i, r * share:r * share + er.kept(i, r, share)] for i in range(er.batches)]
+        assert [g.tolist() for g in got] == [w.tolist() for w in want]
+
+
+def test_one_process_every_variant_every_policy(db):
+    for variant in ALL:
+        for policy in ("short", "pad", "drop"):
+            with lmdbio.Reader(db, 8, MPI.COMM_SELF, variant=variant, build_provenance=True,
+                               last_batch=policy) as r:
+                for e in range(2):
+                    got = np.concatenate([b.indices for b in r.epoch(e)])
+                    want = np.arange(203)
+                    if policy == "drop":
+                        want = want[:200]
+                    elif policy == "pad":
+                        want = np.concatenate([want, np.arange(5)])
+                    assert np.array_equal(got, want), (variant, policy, e)
+
+
+def test_shuffled_epochs_differ_and_cover(db):
+    with lmdbio.Reader(db, 8, MPI.COMM_SELF, variant="lmdbio-direct", shuffle=True, seed=1,
+                       shuffle_chunk=16) as r:
+        e0 = np.concatenate([b.indices for b in r.epoch(0)])
+        r.set_epoch(1)
+        e1 = np.concatenate([b.indices for b in r])
+    assert sorted(e0.tolist()) == sorted(e1.tolist()) == list(range(203))
+    assert not np.array_equal(e0, e1) and not np.array_equal(e0, np.arange(203))
+
+
+def test_walking_variants_refuse_to_shuffle(db):
+    for variant in WALKING:
+        with pytest.raises(ConfigurationError, match="lmdbio-direct"):
+            lmdbio.Reader(db, 8, MPI.COMM_SELF, variant=variant, shuffle=True)
+
+
+def test_bad_epoch_settings(db):
+    with pytest.raises(ValueError, match="last_batch"):
+        lmdbio.Reader(db, 8, MPI.COMM_SELF, variant="lmdbio-direct", last_batch="wrap")
+    with pytest.raises(ValueError, match="window"):
+        lmdbio.Reader(db, 8, MPI.COMM_SELF, variant="lmdbio-direct", shuffle_window=0)
+    with lmdbio.Reader(db, 256, MPI.COMM_SELF, variant="lmdbio-direct") as r:
+        with pytest.raises(ValueError, match="larger than the dataset"):
+            next(r.epoch(0))
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [1, 3, 4])
+def test_epochs_in_file_order_every_variant(db, nprocs):
+    out = run_mpi("epoch_check.py", nprocs, db, "--variants", ",".join(ALL),
+                  "--topologies", "None:1,1:1" if nprocs < 4 else "None:1,2:1,2:2", timeout=400)
+    assert "0 failures" in out.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [1, 3, 4])
+def test_shuffled_epochs(db, nprocs):
+    out = run_mpi("epoch_check.py", nprocs, db, "--variants", ",".join(SHUFFLING), "--shuffle",
+                  "--topologies", "None:1,1:1" if nprocs < 4 else "None:1,2:1,2:2", timeout=400)
+    assert "0 failures" in out.stdout
+
+
+@pytest.mark.mpi
+def test_sixteen_ranks_on_virtual_nodes(db):
+    out = run_mpi("epoch_check.py", 16, db, "--per-rank", 2, "--topologies", "4:1",
+                  "--variants", "lmdbio-lmm-dio-prov-coal,lmdbio-direct,lmdbio-lmm", timeout=400)
+    assert "0 failures" in out.stdout
+    out = run_mpi("epoch_check.py", 16, db, "--per-rank", 2, "--topologies", "4:1", "--shuffle",
+                  "--variants", "lmdbio-lmm-dio-prov-coal,lmdbio-direct", timeout=400)
+    assert "0 failures" in out.stdout

@@ -1,0 +1,127 @@
+"""Prefetch: the same records with and without reading ahead, background errors surface at
+the next read naming the rank, closing with reads in flight is clean."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import lmdbio
+from conftest import run_mpi
+from lmdbio.errors import ConfigurationError, LmdbioError
+
+PER_RANK = ["lmdbio-direct", "lmdb-get", "lmdb"]
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    from lmdbio.datasets import make_dataset
+
+    return make_dataset(tmp_path_factory.mktemp("prefetch") / "c", "cifar10", 203,
+                        commit_every=50, seed=1)
+
+
+def _epochs(db, variant, depth, shuffle):
+    """Two epochs' (indices, records); checks each batch is still intact after the next read
+    (a batch stays valid until the rank's second following read)."""
+    import lmdb
+
+    env = lmdb.open(str(db), readonly=True, lock=False)
+    with env.begin() as txn:
+        expected = [bytes(v) for _, v in txn.cursor()]
+    env.close()
+    out = []
+    with lmdbio.Reader(db, 8, MPI.COMM_SELF, variant=variant, prefetch=depth, shuffle=shuffle,
+                       shuffle_chunk=16, coalesce_bytes=1) as r:
+        for e in range(2):
+            prev = None
+            for b in r.epoch(e):
+                time.sleep(0.003)   # the caller computes; the thread runs ahead
+                if prev is not None:
+                    assert [bytes(x) for x in prev] == [expected[i] for i in prev.indices]
+                out.append((b.indices.tolist(), [bytes(x) for x in b]))
+                prev = b
+    assert all(recs == [expected[i] for i in idx] for idx, recs in out)
+    return out
+
+
+def _prefetch_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("lmdbio-prefetch")]
+
+
+@pytest.mark.parametrize("variant", PER_RANK)
+def test_same_records_with_and_without_prefetch(db, variant):
+    shuffle = variant != "lmdb"
+    want = _epochs(db, variant, 0, shuffle)
+    for depth in (1, 2, 5):
+        assert _epochs(db, variant, depth, shuffle) == want, depth
+    assert not _prefetch_threads()
+
+
+def _failing_fetch(reader, after: int, delay: float = 0.0):
+    fetch = reader.pipe.fetcher.fetch
+    calls = [0]
+
+    def wrapped(*a, **kw):
+        calls[0] += 1
+        time.sleep(delay)
+        if calls[0] > after:
+            raise OSError(5, "simulated EIO")
+        return fetch(*a, **kw)
+    reader.pipe.fetcher.fetch = wrapped
+
+
+def test_background_error_surfaces_at_the_next_read(db):
+    r = lmdbio.Reader(db, 8, MPI.COMM_SELF, variant="lmdbio-direct", prefetch=2,
+                      coalesce_bytes=1)   # one batch per fetch
+    assert r.coalesce == 1
+    _failing_fetch(r, after=3)
+    it = r.epoch(0)
+    got = [next(it) for _ in range(3)]   # batches read before the failure are delivered
+    assert [len(b) for b in got] == [8, 8, 8]
+    with pytest.raises(LmdbioError, match=r"rank 0: the background read of batch 3 failed: "
+                                          r"OSError.*simulated EIO"):
+        next(it)
+    assert not _prefetch_threads()
+    r.close()
+
+
+def test_close_with_reads_in_flight(db):
+    r = lmdbio.Reader(db, 8, MPI.COMM_SELF, variant="lmdbio-direct", prefetch=3,
+                      coalesce_bytes=1)
+    _failing_fetch(r, after=10**9, delay=0.2)   # slow reads: some are in flight at close
+    it = r.epoch(0)
+    first = next(it)
+    assert _prefetch_threads()
+    r.close()
+    assert not _prefetch_threads()
+    assert len(bytes(first[0])) > 0   # batches read before close stay readable
+    with pytest.raises(LmdbioError, match="closed"):
+        r.read_batch()
+
+
+def test_refused_without_thread_multiple(db, monkeypatch):
+    monkeypatch.setattr(MPI, "Query_thread", lambda: MPI.THREAD_SERIALIZED)
+    with pytest.raises(ConfigurationError, match="MPI_THREAD_MULTIPLE"):
+        lmdbio.Reader(db, 8, MPI.COMM_SELF, variant="lmdbio-lmm-dio", prefetch=2)
+    # Per-rank variants exchange no messages while reading: allowed.
+    with lmdbio.Reader(db, 8, MPI.COMM_SELF, variant="lmdbio-direct", prefetch=2) as r:
+        assert len(np.concatenate([b.indices for b in r.epoch(0)])) == 203
+
+
+def test_bad_depth(db):
+    for bad in (-1, 1.5, True):
+        with pytest.raises((ValueError, TypeError), match="prefetch"):
+            lmdbio.Reader(db, 8, MPI.COMM_SELF, variant="lmdbio-direct", prefetch=bad)
+
+
+@pytest.mark.mpi
+def test_prefetched_epochs_under_mpi(db):
+    out = run_mpi("epoch_check.py", 4, db, "--prefetch", 2, "--shuffle", "--topologies",
+                  "None:1,2:1", "--variants", "lmdbio-direct,lmdb-get,lmdbio-lmm-dio-prov-coal")
+    assert "0 failures" in out.stdout
+    out = run_mpi("epoch_check.py", 3, db, "--prefetch", 1, "--topologies", "None:1,3:1",
+                  "--variants", "lmdb,lmdbio-lmm,lmdbio-lmm-dm")
+    assert "0 failures" in out.stdout
