@@ -70,7 +70,9 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
 def convergence(summary: pd.DataFrame, tolerance: float) -> pd.DataFrame:
     rows = []
     for (p, v), g in summary.groupby(["nprocs", "variant"]):
-        g = g.sort_values("time_scale")
+        g = g[np.isfinite(g["ratio_vs_lmdb"])].sort_values("time_scale")   # a k without lmdb: no ratio
+        if g.empty:
+            continue
         ks, r = g["time_scale"].to_numpy(), g["ratio_vs_lmdb"].to_numpy()
         row = {"nprocs": p, "variant": v, **{f"ratio_k{k:g}": x for k, x in zip(ks, r)}}
         if len(ks) < 2 or not np.isfinite(r[-1]):
