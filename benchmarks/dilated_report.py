@@ -99,18 +99,22 @@ def plot(summary: pd.DataFrame, figure: Path) -> None:
 
     d = summary[~summary["variant"].isin(["lmdb"])]
     procs = sorted(d["nprocs"].unique())
-    fig, axes = plt.subplots(1, len(procs), figsize=(4.2 * len(procs), 4), sharey=True, squeeze=False)
+    order = sorted(d["variant"].unique(), key=lambda v: (v != "raw", len(v), v))
+    palette = dict(zip(order, sns.color_palette("tab10", len(order))))
+    fig, axes = plt.subplots(1, len(procs), figsize=(4.2 * len(procs) + 2.5, 4), sharey=True, squeeze=False)
     for ax, p in zip(axes[0], procs):
-        sns.lineplot(d[d["nprocs"] == p], x="time_scale", y="ratio_vs_lmdb", hue="variant",
-                     marker="o", ax=ax, legend=(p == procs[-1]))
+        sns.lineplot(d[d["nprocs"] == p], x="time_scale", y="ratio_vs_lmdb", hue="variant", hue_order=order,
+                     palette=palette, marker="o", ax=ax, legend=(p == procs[0]))
         ax.set(xscale="log", yscale="log", title=f"P = {p}", xlabel="time scale k (storage k times slower)",
                ylabel="records/s relative to lmdb")
         ax.axhline(1, color="grey", lw=0.8)
-    if axes[0][-1].get_legend() is not None:
-        sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1, 1), fontsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    axes[0][0].get_legend().remove()
+    fig.legend(handles, labels, loc="center right", fontsize=8, title="variant")
+    fig.subplots_adjust(right=0.8)
     fig.suptitle("Emulated GPFS (gpfs-2017), cold cifar10, B = 256, 4 ranks per virtual node: "
                  "a ratio that stops moving with k is one the CPU no longer decides", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 0.82, 1))
     figure.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(figure, dpi=110)
 
