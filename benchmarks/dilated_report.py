@@ -4,7 +4,10 @@ Reads every ``lmdbio bench`` results folder under --work (one per time scale
 k and process list, as benchmarks/run_dilated_sweep.sh writes them), and
 writes to --out:
 
-- ``summary.csv``: one row per (time_scale, nprocs, variant): median,
+- ``summary.csv``: every run's ``lmdbio bench`` summary rows (one per
+  point and repeat, the bench's columns) with a ``time_scale`` column: the
+  rows the scale model's validation reads (``lmdbio model validate``);
+- ``ratios.csv``: one row per (time_scale, nprocs, variant): median,
   min and max records/s over the repeats, the repeats, and the ratio to
   ``lmdb`` (median of the per-repeat ratios, with min and max);
 - ``convergence.csv``: per (nprocs, variant), the ratio at each k and the
@@ -134,7 +137,8 @@ def main(argv=None) -> int:
     conv = convergence(summary, a.tolerance)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    summary.to_csv(out / "summary.csv", index=False, float_format="%.6g")
+    df.drop(columns=["run", "git_commit"]).to_csv(out / "summary.csv", index=False, float_format="%.6g")
+    summary.to_csv(out / "ratios.csv", index=False, float_format="%.6g")
     conv.to_csv(out / "convergence.csv", index=False, float_format="%.4g")
     (out / "meta.json").write_text(json.dumps(results_meta({
         "runs": sorted(df["run"].unique()), "tolerance": a.tolerance,

@@ -149,9 +149,11 @@ def test_every_notebook_runs_at_tiny_scale_and_writes_its_figures(tmp_path):
     assert len(table) == len(claims.SETTINGS) * len(claims.CLAIMS)
     measured_here = {"local", "model"} | ({"gpfs"} if pfs_unavailable() is None else set())
     for r in table.itertuples():
-        allowed = set(claims.VERDICTS) - ({"no data"} if r.setting != "throttled" else set())
+        # Notebook 09 measures CIFAR only: ImageNet's C8 is judged by the model alone.
+        no_data_ok = r.setting == "throttled" or (r.claim == "C8-imagenet" and r.setting != "model")
+        allowed = set(claims.VERDICTS) - (set() if no_data_ok else {"no data"})
         assert r.verdict in allowed, f"{r.claim} {r.setting}: {r.verdict} ({r.why})"
-        if r.setting in measured_here:
+        if r.setting in measured_here and r.verdict != "no data":
             assert "[committed results" not in r.why, f"{r.claim} {r.setting} was not measured by this run"
             assert str(tmp_path) in r.source
     # The committed figures were not touched.

@@ -175,12 +175,14 @@ def test_notebook_03_on_slurm_at_tiny_scale(slurm, slurm_env, engines, tmp_path)
 
     assert engine_noise(tmp_path / "out" / "03_lmm.ipynb") == []
     assert not list((HERE.parent / "notebooks").glob("*.sbatch")), "a batch script was left behind"
-    # Each cluster it started (local disk, and the emulated GPFS where FUSE works) was one Slurm
-    # job on both nodes.
-    from lmdbio.experiments import pfs_unavailable
+    # Each cluster it started (local disk, the emulated GPFS where FUSE works, the throttled
+    # device where loop devices and the blkio controller do) was one Slurm job on both nodes.
+    from lmdbio import scales
+    from lmdbio.experiments import pfs_unavailable, throttle_unavailable
 
     new = {j: nodes for j, nodes in _started_jobs(log.read_text()).items() if j not in jobs_before}
-    assert len(new) == 1 + (pfs_unavailable() is None), new
+    throttled = throttle_unavailable(scales.settings("03_lmm", "tiny")) is None
+    assert len(new) == 1 + (pfs_unavailable() is None) + throttled, new
     assert set(new.values()) == {"n[1-2]"}, new
 
 
