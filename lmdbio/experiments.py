@@ -393,6 +393,11 @@ def pfs_unavailable() -> str | None:
     return None
 
 
+def _with_ranks_per_node(points: list[dict], ranks_per_node: int | None) -> list[dict]:
+    """Copies of the points; a point without its own ``ranks_per_node`` takes ``ranks_per_node``."""
+    return [{**p, "ranks_per_node": p.get("ranks_per_node") or ranks_per_node} for p in points]
+
+
 @contextlib.contextmanager
 def emulated_pfs(datasets_root: str | os.PathLike, points: list[dict], profile: str = "gpfs-2017",
                  ranks_per_node: int | None = None):
@@ -407,12 +412,7 @@ def emulated_pfs(datasets_root: str | os.PathLike, points: list[dict], profile: 
     from . import pfs
     from .bench.storage import Storage
 
-    pts = []
-    for p in points:
-        q = dict(p)
-        if not q.get("ranks_per_node"):
-            q["ranks_per_node"] = ranks_per_node
-        pts.append(q)
+    pts = _with_ranks_per_node(points, ranks_per_node)
     nodes = max(math.ceil(q["nprocs"] / q["ranks_per_node"]) if q.get("ranks_per_node") else 1
                 for q in pts)
     root = Path(datasets_root).resolve()
@@ -451,12 +451,7 @@ def throttled_device(datasets_root: str | os.PathLike, points: list[dict], profi
     from .bench.storage import Storage
     from .storage import throttled
 
-    pts = []
-    for p in points:
-        q = dict(p)
-        if not q.get("ranks_per_node"):
-            q["ranks_per_node"] = ranks_per_node
-        pts.append(q)
+    pts = _with_ranks_per_node(points, ranks_per_node)
     rpn = {q["ranks_per_node"] for q in pts}
     if len(rpn) != 1 or None in rpn:
         raise ValueError(f"throttled points need one ranks_per_node (it sets each node's share), got {rpn}")
