@@ -113,6 +113,23 @@ def test_bad_arguments(kw):
         C.MPICluster(**kw)
 
 
+def test_a_launchers_log_is_shortened_to_one_line(capsys):
+    """ipyparallel's "Output for X:" record (mpiexec's whole log) becomes one line in a notebook."""
+    import logging
+    import sys
+
+    from lmdbio.cluster.mpicluster import _one_line_output
+
+    log = logging.getLogger("lmdbio-test-launcher-output")
+    log.handlers, log.propagate = [logging.StreamHandler(sys.stdout)], False
+    log.addFilter(_one_line_output)
+    log.warning("Output for %s:\n%s", "mpiexec-1", "[IPEngine.0] Registering\n[IPEngine.1] Requesting id")
+    log.warning("Engine set %s stopped", "es-1")
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["lmdbio: mpiexec-1 ended with a non-zero exit code (its output is not shown)",
+                   "Engine set es-1 stopped"]
+
+
 def test_run_needs_a_started_cluster():
     with pytest.raises(LmdbioError, match="not running"):
         C.MPICluster(n=2).run(E.engine_info, 1)

@@ -140,6 +140,7 @@ class MPICluster:
             kwargs.update(controller_ip="*", controller_location=socket.gethostname())
         kwargs.update(self._cluster_kwargs)
         self.cluster = ipp.Cluster(**kwargs)
+        self._quiet_launcher_output()
         t0 = time.monotonic()
         cwd = os.getcwd()
         try:
@@ -169,6 +170,17 @@ class MPICluster:
         self.view.block = True
         self.start_seconds = time.monotonic() - t0
         return self
+
+    def _quiet_launcher_output(self) -> None:
+        """Launchers that end with a non-zero code are reported in one line, not with their log.
+
+        ipyparallel logs the last 100 lines of mpiexec's output when it ends with a
+        non-zero code, which happens on its own event-loop thread, at any time
+        after the engines were asked to leave. In a notebook that log lands in the cell.
+        """
+        log = getattr(self.cluster, "log", None)
+        if log is not None and log.name.endswith(str(self.cluster.cluster_id)):
+            log.addFilter(_one_line_output)
 
     def _local_engine_pids(self) -> list[int]:
         boot = boot_id()
@@ -381,6 +393,14 @@ class MPICluster:
             except IPythonError as exc:  # the remote error, re-raised here
                 return f"{type(exc).__name__}: {exc}"
         return ""
+
+
+def _one_line_output(record: logging.LogRecord) -> bool:
+    """Shorten ipyparallel's "Output for <launcher>:\\n<log>" records to their first line."""
+    if isinstance(record.msg, str) and record.msg.startswith("Output for %s:") and record.args:
+        record.msg = "lmdbio: %s ended with a non-zero exit code (its output is not shown)"
+        record.args = record.args[:1]
+    return True
 
 
 def _describe(launcher) -> str:
