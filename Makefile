@@ -60,7 +60,7 @@ lock: venv
 		> constraints.txt.new && mv constraints.txt.new constraints.txt
 
 test: venv
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest --durations=25 tests
 
 # The inner loop: markers in pyproject.toml, the slow list in tests/conftest.py.
 FAST := not slow and not notebooks and not slurm and not fuse and not throttled and not fuzz
