@@ -12,8 +12,8 @@ import time
 
 import numpy as np
 
-__all__ = ["PhaseRecorder", "proc_io", "evict", "residency", "resident_pages", "rusage_snapshot", "totals_snapshot",
-           "totals_row", "host_meta", "git_commit", "results_meta", "write_results_meta"]
+__all__ = ["PhaseRecorder", "proc_io", "evict", "residency", "resident_pages", "rusage_snapshot",
+           "totals_snapshot", "totals_row", "with_total", "host_meta", "git_commit", "results_meta", "write_results_meta"]
 
 _RUSAGE_FIELDS = ("ru_utime", "ru_stime", "ru_nvcsw", "ru_nivcsw", "ru_minflt", "ru_majflt")
 
@@ -51,6 +51,16 @@ def totals_row(since: tuple, rank: int = 0) -> dict:
             "io_rchar": io1.get("rchar", 0) - io0.get("rchar", 0),
             "io_syscr": io1.get("syscr", 0) - io0.get("syscr", 0),
             "io_read_bytes": io1.get("read_bytes", 0) - io0.get("read_bytes", 0)}
+
+
+def with_total(rows: list[dict], since: tuple, rank: int, extra: dict) -> list[dict]:
+    """``rows`` plus a whole-run :func:`totals_row` since ``since`` (a cross-check of the
+    per-phase counters; its bytes and calls are the read phases'), each with ``extra``."""
+    total = totals_row(since, rank)
+    reads = [r for r in rows if r["phase"] == "read"]
+    total["bytes"] = sum(r["bytes"] for r in reads)
+    total["calls"] = sum(r["calls"] for r in reads)
+    return [{**r, **extra} for r in [*rows, total]]
 
 
 class _Phase:

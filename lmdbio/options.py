@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 from .errors import ConfigurationError
 
 __all__ = ["VARIANTS", "EXTRA_VARIANTS", "Options", "parse_variant", "choose_auto",
-           "filesystem_type"]
+           "filesystem_type", "check_batch_size", "resolve_variant"]
 
 VARIANTS = (
     "lmdb",
@@ -237,3 +238,38 @@ def choose_auto(path, *, provenance: bool | None = None) -> tuple[str, str]:
     why = "" if provenance else "; no current provenance sidecar, so no PROV"
     return variant, (f"{fs} (f_type {magic:#x}) is {kind}: one reader per node, coalesced and "
                      f"staggered requests{why}")
+
+
+def check_batch_size(batch_size, nprocs: int) -> int:
+    """``batch_size`` as an int, or TypeError / ValueError saying what a valid one is."""
+    if isinstance(batch_size, bool) or not hasattr(type(batch_size), "__index__"):
+        raise TypeError(f"batch_size must be an integer, got {type(batch_size).__name__}")
+    batch_size = operator.index(batch_size)   # int, numpy integers
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    if batch_size % nprocs:
+        raise ValueError(
+            f"batch_size {batch_size} does not divide among {nprocs} ranks; use a "
+            f"multiple of {nprocs} (e.g. {max(1, batch_size // nprocs) * nprocs})")
+    return batch_size
+
+
+def resolve_variant(variant, options: Options | None, path, *, chooser: bool = True,
+                    coalesce_bytes: int | None = None, stagger_size: int | None = None):
+    """``(options, auto)`` for the Reader's ``variant`` / ``options`` arguments.
+
+    ``variant="auto"``: only the ``chooser`` rank decides (by the file system
+    ``path`` lives on; its sidecar check reads pages), returning ``(None,
+    (variant, reason))``; the others return ``(None, ("", ""))`` and take the
+    chooser's result. ``auto`` is None for any other variant.
+    """
+    if options is None and isinstance(variant, str) and variant.strip().lower() == "auto":
+        if not chooser:
+            return None, ("", "")
+        auto = choose_auto(path)
+        return parse_variant(auto[0], coalesce_bytes=coalesce_bytes, stagger_size=stagger_size), auto
+    opts = options if options is not None else parse_variant(
+        variant, coalesce_bytes=coalesce_bytes, stagger_size=stagger_size)
+    if not isinstance(opts, Options):
+        raise TypeError("options must be an lmdbio.Options")
+    return opts, None

@@ -6,15 +6,14 @@ from __future__ import annotations
 import sys
 import time
 
-import numpy as np
 from mpi4py import MPI
 
 from .batch import Batch
 from .collective import EXIT_TIMEOUT, agree, check_settings, collective, default_on_error, exit_timeout
 from .errors import LmdbioError, PeerError, PeerTimeoutError, SnapshotError
 from .format import db_file, read_meta
-from .metrics import PhaseRecorder, totals_row, totals_snapshot
-from .options import Options, choose_auto, parse_variant
+from .metrics import PhaseRecorder, totals_snapshot, with_total
+from .options import Options, check_batch_size, parse_variant, resolve_variant
 from .pipeline import EpochPlan, Pipeline
 from .topology import Topology, make_topology, node_number
 from .waiting import timeout
@@ -107,35 +106,17 @@ class Reader:
         def check_args():
             check_settings(on_error)
             self.epochs = EpochPlan(shuffle, seed, shuffle_chunk, shuffle_window, last_batch)
-            if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
-                raise TypeError(f"batch_size must be an integer, got {type(batch_size).__name__}")
-            if batch_size <= 0:
-                raise ValueError(f"batch_size must be positive, got {batch_size}")
-            if batch_size % self.nprocs:
-                raise ValueError(
-                    f"batch_size {batch_size} does not divide among {self.nprocs} ranks; use a "
-                    f"multiple of {self.nprocs} (e.g. {max(1, batch_size // self.nprocs) * self.nprocs})")
+            self.batch_size = check_batch_size(batch_size, self.nprocs)
             f = db_file(str(path).replace("{node}", str(node)))
-            auto = None
-            if options is None and isinstance(variant, str) and variant.strip().lower() == "auto":
-                if self.rank != 0:   # rank 0 chooses for all (its sidecar check reads pages)
-                    return None, f, ("", "")
-                auto = choose_auto(f)   # by the file system f lives on
-                opts = parse_variant(auto[0], coalesce_bytes=coalesce_bytes,
-                                     stagger_size=stagger_size)
-            else:
-                opts = options if options is not None else parse_variant(
-                    variant, coalesce_bytes=coalesce_bytes, stagger_size=stagger_size)
-            if not isinstance(opts, Options):
-                raise TypeError("options must be an lmdbio.Options")
-            return opts, f, auto
+            return (*resolve_variant(variant, options, f, chooser=self.rank == 0,
+                                     coalesce_bytes=coalesce_bytes, stagger_size=stagger_size), f)
 
         try:
             # {node}: every rank takes part in finding node numbers if any rank needs them.
             node = None
             if comm.allreduce(1 if "{node}" in str(path) else 0, op=MPI.MAX):
                 node = collective(comm, node_number, comm, ranks_per_node)
-            self.options, self.path, auto = collective(comm, check_args)
+            self.options, auto, self.path = collective(comm, check_args)
             #: variant="auto": why this variant was chosen ("" otherwise). Rank 0's choice holds
             #: for every rank, so all read the same way.
             self.auto_reason = ""
@@ -145,7 +126,6 @@ class Reader:
                                              stagger_size=stagger_size)
                 self.auto_reason = f"auto: {auto[1]}"
             self.variant = self.options.name
-            self.batch_size = int(batch_size)
             self.per_rank = self.batch_size // self.nprocs
 
             self.topology = (make_topology(comm, ranks_per_node, readers_per_node)
@@ -290,14 +270,7 @@ class Reader:
         """This rank's rows: one per (batch, phase) with times, getrusage and I/O counters."""
         extra = {"variant": self.variant, "nprocs": self.nprocs, "is_reader": self.is_reader,
                  "lock": self.lock, "auto_reason": self.auto_reason, **self.pipe.describe()}
-        rows = [{**r, **extra} for r in self.rec.rows]
-        # Whole-run totals from the kernel (/proc/self/io, getrusage) since the
-        # Reader was made: a cross-check of the per-phase counters.
-        total = totals_row(self._totals0, self.rank)
-        reads = [r for r in rows if r["phase"] == "read"]
-        total["bytes"] = sum(r["bytes"] for r in reads)
-        total["calls"] = sum(r["calls"] for r in reads)
-        return rows + [{**total, **extra}]
+        return with_total(self.rec.rows, self._totals0, self.rank, extra)
 
     def close(self) -> None:
         """Release shared memory, maps and files. Collective, with bounded waits.

@@ -155,3 +155,30 @@ def test_auto_on_fuse_reads_with_the_full_stack(small_db):
         # A user who names a variant gets it, whatever the file system.
         r, _ = _read_all(db, "lmdbio-direct", values_of=small_db, extra=0)
         assert r.variant == "lmdbio-direct" and r.auto_reason == ""
+
+
+def test_batch_size_is_checked_before_any_rank_reads():
+    import numpy as np
+
+    from lmdbio.options import check_batch_size
+
+    assert check_batch_size(np.int64(64), 4) == 64 and type(check_batch_size(np.int64(64), 4)) is int
+    for bad in (64.0, "64", True, None):
+        with pytest.raises(TypeError, match="batch_size must be an integer"):
+            check_batch_size(bad, 4)
+    with pytest.raises(ValueError, match="must be positive"):
+        check_batch_size(0, 4)
+    with pytest.raises(ValueError, match=r"does not divide among 3 ranks; use a multiple of 3 \(e\.g\. 63\)"):
+        check_batch_size(64, 3)
+
+
+def test_auto_is_chosen_by_one_rank(tmp_path):
+    from lmdbio.options import resolve_variant
+
+    assert resolve_variant("auto", None, tmp_path, chooser=False) == (None, ("", ""))
+    opts, auto = resolve_variant("auto", None, tmp_path)
+    assert opts.name == auto[0] and "is local" in auto[1]   # /tmp: a local file system
+    opts, auto = resolve_variant("LMDBIO-LMM-DIO", None, tmp_path)
+    assert (opts.name, auto) == ("lmdbio-lmm-dio", None)
+    with pytest.raises(TypeError, match="options must be an lmdbio.Options"):
+        resolve_variant("lmdb", "lmdb", tmp_path)
