@@ -9,6 +9,11 @@ takes the daemon's request and byte counters before and after. The
 difference from ``ceil(L / request)`` is ``e``, the extra requests (the
 kernel's readahead window around the read, split requests at block ends).
 
+The ``mmap`` rows fault every page of a cold 4 MiB region in order (a walk
+that reads the values): a check of the model's one read-around window per
+fault (:func:`lmdbio.model.mechanisms.mmap_requests`); :func:`load_curve`
+reads the ``pread`` rows only.
+
 ``python -m lmdbio.model.requests [OUT.csv]`` writes
 ``data/results/model_calibration/requests_per_read.csv`` (one row per read);
 :func:`load_curve` turns it into the curve :func:`curve_requests` reads.
@@ -17,6 +22,7 @@ kernel's readahead window around the read, split requests at block ends).
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import sys
 import tempfile
@@ -31,6 +37,8 @@ DEFAULT_CSV = REPO / "data" / "results" / "model_calibration" / "requests_per_re
 #: Read lengths: a few pages, one GPFS block, a CIFAR group of 64 and 256 records, 4 MiB (COAL).
 LENGTHS = (16 << 10, 256 << 10, 262144 + 4096 * 3, 790528, 1 << 20, 2 << 20, 4 << 20)
 PROFILE = "gpfs-2017"
+#: Bytes of the cold region whose pages are faulted in order (the mmap rows).
+FAULT_REGION = 4 << 20
 
 
 def measure(lengths=LENGTHS, repeats: int = 5, workdir=None, profile: str = PROFILE):
@@ -44,7 +52,7 @@ def measure(lengths=LENGTHS, repeats: int = 5, workdir=None, profile: str = PROF
     check_fuse()
     prof = load_profile(profile)
     span = 8 << 20                       # each read in its own 8 MiB region: no overlap
-    n = len(lengths) * repeats
+    n = (len(lengths) + 1) * repeats
     base = Path(tempfile.mkdtemp(prefix="requests-per-read-", dir=workdir))
     src = base / "src"
     src.mkdir()
@@ -69,12 +77,31 @@ def measure(lengths=LENGTHS, repeats: int = 5, workdir=None, profile: str = PROF
                             raise OSError(f"short read through the pfs mount ({got} of {L} bytes)")
                         req = c1["requests"] - c0["requests"]
                         cap = _request_cap(prof)
-                        rows.append({"profile": profile, "time_scale": prof.time_scale,
+                        rows.append({"kind": "pread", "profile": profile, "time_scale": prof.time_scale,
                                      "read_size": prof.read_size, "readahead": prof.readahead,
                                      "request_cap": cap, "length": L, "repeat": rep, "offset": off,
                                      "requests": req, "bytes": c1["bytes"] - c0["bytes"],
                                      "ceil_l_over_request": math.ceil(L / cap),
                                      "e": req - math.ceil(L / cap)})
+                # mmap faults: touch every page of a cold region in order, as a walk that reads
+                # the values does; the requests the read-around windows become.
+                cap = _request_cap(prof)
+                for rep in range(repeats):
+                    off = i * span
+                    i += 1
+                    m.evict(0, "data.bin")
+                    c0 = m.counters()["total"]
+                    with mmap.mmap(fd, FAULT_REGION, prot=mmap.PROT_READ, offset=off) as mm:
+                        for pg in range(0, FAULT_REGION, 4096):
+                            mm[pg]
+                    c1 = m.counters()["total"]
+                    req = c1["requests"] - c0["requests"]
+                    rows.append({"kind": "mmap", "profile": profile, "time_scale": prof.time_scale,
+                                 "read_size": prof.read_size, "readahead": prof.readahead,
+                                 "request_cap": cap, "length": FAULT_REGION, "repeat": rep,
+                                 "offset": off, "requests": req, "bytes": c1["bytes"] - c0["bytes"],
+                                 "ceil_l_over_request": math.ceil(FAULT_REGION / max(4096, prof.readahead)),
+                                 "e": req - math.ceil(FAULT_REGION / max(4096, prof.readahead))})
             finally:
                 os.close(fd)
         return rows
@@ -104,6 +131,8 @@ def load_curve(path=DEFAULT_CSV) -> tuple[tuple[int, float, float], ...]:
     d = pd.read_csv(f)
     if not {"length", "requests", "bytes"} <= set(d.columns) or d.empty:
         raise ConfigurationError(f"{f}: needs rows with columns length, requests and bytes")
+    if "kind" in d.columns:
+        d = d[d["kind"] == "pread"]
     g = d.groupby("length")[["requests", "bytes"]].median().sort_index()
     return tuple((int(L), float(r["requests"]), float(r["bytes"])) for L, r in g.iterrows())
 
@@ -139,7 +168,7 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     d = pd.DataFrame(rows)
     d.to_csv(out, index=False)
-    print(d.groupby("length")[["requests", "bytes", "e"]].median().to_string())
+    print(d.groupby(["kind", "length"])[["requests", "bytes", "e"]].median().to_string())
     print(out)
     return 0
 
