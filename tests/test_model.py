@@ -618,3 +618,33 @@ def test_dm_walk_faults_not_served_in_time_are_serialized_by_the_ring(tmp_path):
     assert rows["bad", 4]["wait_s"] > 2 * rows["bad", 4]["locate_s"] - 1e-12
     assert rows["bad", 4]["wait_s"] > 10 * rows["good", 4]["wait_s"]
     assert rows["bad", 4]["storage_bytes"] > 1.1 * rows["good", 4]["storage_bytes"]   # extra pages
+
+
+def test_the_validation_gap_names_the_request_count_or_the_time_per_request():
+    from lmdbio.model.validate import CRITERION, gap_of
+
+    base = {"median_abs_error": CRITERION + 0.1, "bytes_ratio": 0.6}
+    assert gap_of({**base, "median_abs_error": CRITERION, "requests_ratio": 0.5,
+                   "time_per_request_ratio": 1.0}) == ""
+    assert gap_of({**base, "requests_ratio": 0.5, "time_per_request_ratio": 1.0}).startswith("request count")
+    assert gap_of({**base, "requests_ratio": 1.05, "time_per_request_ratio": 1.5}).startswith("time per request")
+    assert gap_of({**base, "requests_ratio": float("nan"), "time_per_request_ratio": float("nan")}
+                  ).startswith("no storage counters")
+
+
+def test_coal_with_several_readers_reads_one_extent_per_batch(tmp_path):
+    f = tmp_path / "rpr.csv"
+    # Two extra requests per read, whatever its length: k extents pay them k times.
+    pd.DataFrame({"length": [4096, 64 << 20], "requests": [3, 514], "bytes": [4096, 64 << 20]}
+                 ).to_csv(f, index=False)
+    w = Workload(name="w", record_bytes=3087, batch_size=256, iterations=64)
+    pfs = load_platform("this-machine").with_(ranks_per_node=4, storage="gpfs-2017", requests_per_read=str(f))
+    one = predict_point(pfs, w, "lmdbio-lmm-dio-prov-coal", 4, CAL)      # a lone reader
+    four = predict_point(pfs, w, "lmdbio-lmm-dio-prov-coal", 16, CAL)    # four readers
+    k1, k4 = one["coalesce"], four["coalesce"]
+    assert k1 > 1 and k4 > 1
+    # Per iteration: the lone reader's chunk is one range (2 extra requests per chunk); each
+    # of four readers reads k extents (2 extra requests per batch).
+    per_read_1 = one["storage_requests"] - 256 * 4150 / (128 << 10)
+    assert per_read_1 == pytest.approx(2 / k1, rel=0.3)
+    assert four["storage_requests"] > one["storage_requests"] + 4 * 2 * 0.8

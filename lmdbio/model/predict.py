@@ -285,8 +285,13 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
         if not cold:
             ph["read"] += cpu
         else:
-            n, size, depth = mech.explicit_requests(chunk, rsize, ra, inflight, measured=curve,
-                                                    tail_reused=R == 1)
+            # A chunk of k batches is one file range only for a lone reader; with R > 1 a
+            # reader's records of each batch are their own extent (lmdbio.plan.chunk_runs), so
+            # COAL reads k extents of g records, each with its own requests and tail.
+            extents = k if R > 1 else 1
+            n, size, depth = mech.explicit_requests(chunk / extents, rsize, ra, inflight,
+                                                    measured=curve, tail_reused=R == 1)
+            n *= extents
             groups = mech.stagger_groups(R, o.stagger_size) if o.staggered else [R]
             durations = {}
             for gsize in sorted(set(groups)):
