@@ -213,7 +213,9 @@ def test_the_walk_grows_with_p_and_provenance_removes_it():
 
 
 def test_direct_io_issues_fewer_storage_requests_than_page_faults():
-    plat, w = _bebop(), Workload(name="w", record_bytes=3087, batch_per_process=32, iterations=8)
+    # Without a client cache: with GPFS's pagepool every request is a whole block (tested below).
+    plat = _bebop().with_(pagepool=0)
+    w = Workload(name="w", record_bytes=3087, batch_per_process=32, iterations=8)
     lmm = predict_point(plat, w, "lmdbio-lmm", 72, CAL)
     dio = predict_point(plat, w, "lmdbio-lmm-dio-prov", 72, CAL)
     assert dio["storage_requests"] < lmm["storage_requests"]
@@ -470,3 +472,179 @@ def test_sensitivity_moves_one_estimate_at_a_time(tmp_path):
 
 
 FULL_STACK = "lmdbio-lmm-dio-prov-coal-stag"
+
+
+# ---------------------------------------------------------------- issue 20: cache, requests, DM
+
+
+def test_a_node_cache_serves_the_blocks_its_streams_share_and_no_other_node():
+    prof = load_profile("gpfs-2017")
+    same = [Stream(node=0, n=8, size=64 << 10), Stream(node=0, n=8, size=64 << 10)]
+    apart = [Stream(node=0, n=8, size=64 << 10), Stream(node=1, n=8, size=64 << 10)]
+    _, none = run_phase(prof, 2, same)
+    t_same, shared = run_phase(prof, 2, same, cache_bytes=1 << 30)
+    _, split = run_phase(prof, 2, apart, cache_bytes=1 << 30)
+    # 2 x 512 KiB in 64 KiB requests: 16 requests uncached; with the cache two whole 256 KiB
+    # blocks, fetched once for both streams of the node, and once per node when they differ.
+    assert none["requests"] == 16
+    assert shared["requests"] == 2 and shared["bytes"] == 2 * prof.stripe
+    assert split["requests"] == 4
+    assert shared["cache_hit_fraction"] > 0.8
+
+
+def test_a_block_cache_evicts_the_least_recently_used_block():
+    from lmdbio.model.storage import BlockCache
+
+    c = BlockCache(2 * 4096, 4096)
+    c.put(1, 0.1)
+    c.put(2, 0.2)
+    assert c.ready(1) == 0.1          # 1 is now the most recent
+    c.put(3, 0.3)
+    assert c.ready(2) is None and c.ready(1) == 0.1 and c.ready(3) == 0.3
+    with pytest.raises(ValueError):
+        BlockCache(0, 4096)
+
+
+def test_the_pagepool_absorbs_the_split_requests_of_a_nodes_faulters():
+    plat = _bebop()
+    w = Workload(name="w", record_bytes=3087, batch_per_process=32, iterations=8)
+    off = predict_point(plat.with_(pagepool=0), w, "lmdb", 72, CAL)
+    on = predict_point(plat, w, "lmdb", 72, CAL)
+    assert plat.pagepool > 0 and off["faulter_factor"] > 1.2
+    assert on["storage_requests"] < off["storage_requests"] / 1.2
+
+
+def test_a_stream_can_wait_for_an_earlier_one_and_then_meets_no_contention():
+    prof = load_profile("gpfs-2017")
+    alone, _ = run_phase(prof, 1, [Stream(node=0, n=6, size=256 << 10)])
+    together, _ = run_phase(prof, 1, [Stream(node=0, n=6, size=256 << 10),
+                                      Stream(node=0, n=6, size=256 << 10, offset=8 << 20)])
+    chained, _ = run_phase(prof, 1, [Stream(node=0, n=6, size=256 << 10),
+                                     Stream(node=0, n=6, size=256 << 10, offset=8 << 20, after=0)])
+    assert max(together) > alone[0]
+    # The second starts when the first ends and queues behind nobody: it takes what it takes
+    # alone plus one seek per request (each of its six blocks is on a target the first stream
+    # used last).
+    assert chained[0] == pytest.approx(alone[0])
+    assert chained[1] == pytest.approx(alone[0] + 6 * prof.seek_s)
+    with pytest.raises(ValueError):
+        run_phase(prof, 1, [Stream(node=0, n=1, size=4096, after=0)])
+
+
+def test_requests_per_read_curve_adds_the_measured_extra_requests_and_bytes(tmp_path):
+    from lmdbio.model.requests import curve_requests, load_curve
+
+    f = tmp_path / "rpr.csv"
+    pd.DataFrame({"length": [131072, 131072, 1048576], "requests": [2, 2, 10],
+                  "bytes": [196608, 196608, 1310720]}).to_csv(f, index=False)
+    curve = load_curve(f)
+    assert curve == ((131072, 2.0, 196608.0), (1048576, 10.0, 1310720.0))
+    n, moved = curve_requests(131072, 131072, curve)
+    assert (n, moved) == (2.0, 196608.0)                 # ceil(1) + e = 1
+    n, moved = curve_requests(1048576, 131072, curve)
+    assert (n, moved) == (10.0, 1310720.0)               # ceil(8) + e = 2
+    n, _ = curve_requests(4 << 20, 131072, curve)        # beyond: the last e
+    assert n == 32 + 2
+    plain = mech.explicit_requests(1 << 20, 256 << 10, 64 << 10, 1.5)
+    measured = mech.explicit_requests(1 << 20, 256 << 10, 64 << 10, 1.5, measured=curve)
+    assert plain[0] == 8 and measured[0] == 10 and measured[1] == 131072
+    # The next read starting at this one's end uses the bytes read past it: only requests count.
+    reused = mech.explicit_requests(1 << 20, 256 << 10, 64 << 10, 1.5, measured=curve, tail_reused=True)
+    assert reused[0] == 10 and reused[0] * reused[1] == pytest.approx(1 << 20, rel=0.01)
+    with pytest.raises(ConfigurationError):
+        load_curve(tmp_path / "missing.csv")
+
+
+def test_the_curve_changes_pfs_predictions_only(tmp_path):
+    from dataclasses import replace
+
+    f = tmp_path / "rpr.csv"
+    pd.DataFrame({"length": [4096, 8 << 20], "requests": [5, 200], "bytes": [65536, 16 << 20]}
+                 ).to_csv(f, index=False)
+    w = Workload(name="w", record_bytes=3087, batch_size=256, iterations=4)
+    pfs = load_platform("this-machine").with_(ranks_per_node=4, storage="gpfs-2017")
+    a = predict_point(pfs.with_(requests_per_read=""), w, "lmdbio-lmm-dio", 16, CAL)
+    b = predict_point(pfs.with_(requests_per_read=str(f)), w, "lmdbio-lmm-dio", 16, CAL)
+    assert b["storage_requests"] > 1.5 * a["storage_requests"] and b["read_s"] > a["read_s"]
+    disk = replace(load_platform("this-machine"), requests_per_read=str(f))
+    c = predict_point(disk.with_(requests_per_read=""), w, "lmdbio-lmm-dio", 16, CAL)
+    d = predict_point(disk, w, "lmdbio-lmm-dio", 16, CAL)
+    assert c["read_s"] == d["read_s"]
+
+
+@pytest.mark.fuse
+def test_requests_per_read_are_measured_through_a_pfs_mount(tmp_path):
+    from lmdbio.model.requests import measure
+    from lmdbio.pfs.mount import FuseUnavailable
+
+    try:
+        rows = measure(lengths=(16 << 10, 1 << 20), repeats=1, workdir=tmp_path)
+    except FuseUnavailable as exc:
+        pytest.skip(f"no FUSE here: {exc}")
+    by = {r["length"]: r for r in rows}
+    assert by[16 << 10]["requests"] >= 1 and by[16 << 10]["bytes"] >= 16 << 10
+    assert by[1 << 20]["requests"] >= math.ceil((1 << 20) / by[1 << 20]["request_cap"])
+    assert by[1 << 20]["bytes"] >= 1 << 20
+
+
+def _speculation_csv(path, spec_majflt, ring_majflt=4.0, touched=1000, missed=250, extra=400):
+    pd.DataFrame([
+        {"mode": "ring + speculation (DM)", "majflt_per_batch_median": spec_majflt,
+         "touched_pages_median": touched, "missed_pages_median": missed, "extra_pages_median": extra},
+        {"mode": "ring only", "majflt_per_batch_median": ring_majflt,
+         "touched_pages_median": 0, "missed_pages_median": 0, "extra_pages_median": 0}]).to_csv(path, index=False)
+    return str(path)
+
+
+def test_speculation_fractions_come_from_the_measured_pages_and_faults(tmp_path):
+    sp = mech.load_speculation(_speculation_csv(tmp_path / "a.csv", spec_majflt=1.0))
+    assert sp == {"miss": 0.25, "issued": 1.15, "served": 0.75}
+    # More faults with speculation than without: it served none of the walk's waits.
+    assert mech.load_speculation(_speculation_csv(tmp_path / "b.csv", spec_majflt=6.0))["served"] == 0.0
+    with pytest.raises(ConfigurationError):
+        mech.load_speculation(tmp_path / "missing.csv")
+
+
+def test_dm_walk_faults_not_served_in_time_are_serialized_by_the_ring(tmp_path):
+    good = _speculation_csv(tmp_path / "good.csv", spec_majflt=0.0, missed=0, extra=0)
+    bad = _speculation_csv(tmp_path / "bad.csv", spec_majflt=6.0)
+    w = Workload(name="w", record_bytes=3087, batch_size=256, iterations=4)
+    pfs = load_platform("this-machine").with_(ranks_per_node=1, storage="gpfs-2017")
+    rows = {(s, p): predict_point(pfs.with_(speculation=f), w, "lmdbio-lmm-dm", p, CAL)
+            for s, f in (("good", good), ("bad", bad)) for p in (1, 4)}
+    # Served in time: the advice hides the reads; not served: the walk waits in its turn.
+    assert rows["bad", 1]["per_iteration_s"] > rows["good", 1]["per_iteration_s"]
+    # Four readers take turns: the waits add up (each reads a quarter of the bytes).
+    assert rows["bad", 4]["wait_s"] > 2 * rows["bad", 4]["locate_s"] - 1e-12
+    assert rows["bad", 4]["wait_s"] > 10 * rows["good", 4]["wait_s"]
+    assert rows["bad", 4]["storage_bytes"] > 1.1 * rows["good", 4]["storage_bytes"]   # extra pages
+
+
+def test_the_validation_gap_names_the_request_count_or_the_time_per_request():
+    from lmdbio.model.validate import CRITERION, gap_of
+
+    base = {"median_abs_error": CRITERION + 0.1, "bytes_ratio": 0.6}
+    assert gap_of({**base, "median_abs_error": CRITERION, "requests_ratio": 0.5,
+                   "time_per_request_ratio": 1.0}) == ""
+    assert gap_of({**base, "requests_ratio": 0.5, "time_per_request_ratio": 1.0}).startswith("request count")
+    assert gap_of({**base, "requests_ratio": 1.05, "time_per_request_ratio": 1.5}).startswith("time per request")
+    assert gap_of({**base, "requests_ratio": float("nan"), "time_per_request_ratio": float("nan")}
+                  ).startswith("no storage counters")
+
+
+def test_coal_with_several_readers_reads_one_extent_per_batch(tmp_path):
+    f = tmp_path / "rpr.csv"
+    # Two extra requests per read, whatever its length: k extents pay them k times.
+    pd.DataFrame({"length": [4096, 64 << 20], "requests": [3, 514], "bytes": [4096, 64 << 20]}
+                 ).to_csv(f, index=False)
+    w = Workload(name="w", record_bytes=3087, batch_size=256, iterations=64)
+    pfs = load_platform("this-machine").with_(ranks_per_node=4, storage="gpfs-2017", requests_per_read=str(f))
+    one = predict_point(pfs, w, "lmdbio-lmm-dio-prov-coal", 4, CAL)      # a lone reader
+    four = predict_point(pfs, w, "lmdbio-lmm-dio-prov-coal", 16, CAL)    # four readers
+    k1, k4 = one["coalesce"], four["coalesce"]
+    assert k1 > 1 and k4 > 1
+    # Per iteration: the lone reader's chunk is one range (2 extra requests per chunk); each
+    # of four readers reads k extents (2 extra requests per batch).
+    per_read_1 = one["storage_requests"] - 256 * 4150 / (128 << 10)
+    assert per_read_1 == pytest.approx(2 / k1, rel=0.3)
+    assert four["storage_requests"] > one["storage_requests"] + 4 * 2 * 0.8

@@ -46,6 +46,20 @@ def _cmd_calibrate(args) -> int:
     load1 = os.getloadavg()[0]
     out = save_calibration(cal, args.out, config={"workdir": args.workdir, "argv": sys.argv[1:],
                                                   "loadavg_1min": [load0, load1]})
+    # Requests per explicit read through the emulated PFS (the model's requests_per_read.csv).
+    from pathlib import Path
+
+    import pandas as pd
+
+    from ..pfs.mount import FuseUnavailable
+    from .requests import measure
+
+    try:
+        rows = measure(workdir=args.workdir)
+        pd.DataFrame(rows).to_csv(Path(out) / "requests_per_read.csv", index=False)
+    except FuseUnavailable as exc:
+        print(f"lmdbio: requests per read not measured (no FUSE: {exc}); the committed "
+              "requests_per_read.csv stays", file=sys.stderr)
     if max(load0, load1) > 0.5 * cal.cores:
         print(f"lmdbio: warning: load average {max(load0, load1):.1f} on {cal.cores} cores while "
               "calibrating; costs may be inflated - rerun on an idle machine", file=sys.stderr)

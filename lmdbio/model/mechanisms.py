@@ -16,7 +16,7 @@ from pathlib import Path
 from ..provenance import model_parameters
 
 __all__ = ["PAGE", "geometry", "fault_cpu", "faulter_factor", "load_faulters", "cursor_steps", "ring_cycle", "mmap_requests",
-           "explicit_requests", "overlapped", "coalesce_factor", "stripe_pieces", "stagger_groups", "handoff",
+           "explicit_requests", "load_speculation", "speculation_requests", "overlapped", "coalesce_factor", "stripe_pieces", "stagger_groups", "handoff",
            "allreduce", "cpu_bound"]
 
 PAGE = 4096
@@ -95,6 +95,62 @@ def faulter_factor(faulters: int, curve) -> float:
     return 1.0
 
 
+def load_speculation(path) -> dict:
+    """DM's speculation as measured: the fractions the model uses, from the speculation benchmark.
+
+    From ``summary.csv`` of ``data/results/04_dm/speculation`` (the fixed DM,
+    medians over repeats): ``miss`` = missed / touched pages (touched but not
+    advised), ``issued`` = (touched - missed + extra) / touched (the pages
+    advised, the extra ones read for nothing), and ``served`` = 1 -
+    (major faults per batch with speculation) / (without), at least 0: the
+    share of the walk's page waits the speculation removed. A fault that
+    waits for a page still being read counts as major, so ``served`` is the
+    share of pages that had arrived when the walk reached them.
+    """
+    import pandas as pd
+
+    from ..errors import ConfigurationError
+
+    f = Path(path)
+    if not f.is_absolute():
+        f = Path(__file__).resolve().parents[2] / f
+    if not f.exists():
+        raise ConfigurationError(f"speculation summary {f} not found (notebook 04 / bench-dm writes it)")
+    d = pd.read_csv(f)
+    need = {"mode", "touched_pages_median", "missed_pages_median", "extra_pages_median",
+            "majflt_per_batch_median"}
+    if not need <= set(d.columns):
+        raise ConfigurationError(f"{f}: needs columns {', '.join(sorted(need))}")
+    spec = d[d["mode"].str.contains("speculation") & (d["touched_pages_median"] > 0)]
+    ring = d[~d["mode"].str.contains("speculation")]
+    if spec.empty or ring.empty:
+        raise ConfigurationError(f"{f}: needs a mode with speculation (touched pages > 0) and one without")
+    r, r0 = spec.iloc[0], ring.iloc[0]
+    touched = float(r["touched_pages_median"])
+    missed = float(r["missed_pages_median"])
+    served = 1.0 - float(r["majflt_per_batch_median"]) / float(r0["majflt_per_batch_median"])
+    return {"miss": missed / touched, "issued": (touched - missed + float(r["extra_pages_median"])) / touched,
+            "served": min(1.0, max(0.0, served))}
+
+
+def speculation_requests(group_file_bytes: float, request: int,
+                         issued: float, served: float) -> tuple[float, int, float]:
+    """(DM) The requests DM's speculation sends, as the fixed code issues them, and the walk's faults.
+
+    ``posix_fadvise(WILLNEED)`` over the predicted range reads ``issued`` x
+    the group's bytes (extra pages included) in requests of ``request``
+    bytes: the kernel's ``force_page_cache_ra`` reads in ``io_pages`` chunks
+    on a block device (the explicit-read request); through the FUSE mount
+    of the emulated PFS, DM's requests were measured at 50-55 KiB with a 64
+    KiB readahead window (DIO's preads 90-120 KiB), so there the caller
+    passes the window. The walk, in the ring's turn, still waits for the
+    ``1 - served`` share of its pages: one request of the same size per
+    fault. Returns ``(advised requests, request bytes, walk faults)``.
+    """
+    size = max(PAGE, int(request))
+    return group_file_bytes * issued / size, size, group_file_bytes * (1.0 - served) / size
+
+
 def cursor_steps(locate: str, global_batch: int, group_records: int) -> int:
     """(2) Problem 2, sequential access: cursor steps one reader takes per iteration.
 
@@ -142,7 +198,8 @@ IO_PAGES = 128 << 10
 
 
 def explicit_requests(nbytes: float, read_size: int, readahead: int,
-                      inflight: float = IN_FLIGHT) -> tuple[float, int, float]:
+                      inflight: float = IN_FLIGHT, measured=None,
+                      tail_reused: bool = False) -> tuple[float, int, float]:
     """(3) Explicit reads (DIO): one ``pread`` per extent, sized by the reader, not by faults.
 
     The kernel splits a large buffered read into requests of at most
@@ -151,13 +208,24 @@ def explicit_requests(nbytes: float, read_size: int, readahead: int,
     service time / wall time of one cold read; may be fractional, e.g. 1.5
     when the readahead window lets only the next request overlap the
     current one). Returns ``(requests, request_bytes, depth)``; more depth,
-    less storage time per read.
+    less storage time per read. ``measured``: the requests-per-read curve
+    (:func:`lmdbio.model.requests.load_curve`) replaces ``L / request``.
     """
     if not (inflight >= 1.0 and math.isfinite(inflight)):
         raise ValueError(f"inflight must be a finite number >= 1, got {inflight!r}")
     req = min(int(read_size), max(int(readahead), IO_PAGES))
     req = max(PAGE, min(req, PAGE * math.ceil(max(1.0, nbytes) / PAGE)))
     n = nbytes / req
+    if measured:
+        # The measured curve: ceil(L / request) + e requests moving L x b bytes (the readahead
+        # window past the read's end). ``tail_reused``: the reader's next read starts where
+        # this one ends, so those bytes are not read again (only the requests count).
+        from .requests import curve_requests
+
+        n, moved = curve_requests(nbytes, req, measured)
+        if tail_reused:
+            moved = nbytes
+        req = max(PAGE, int(round(moved / max(1.0, n))))
     return n, req, max(1.0, min(float(inflight), float(math.ceil(n))))
 
 

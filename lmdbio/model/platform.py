@@ -83,6 +83,15 @@ class Platform:
     walk_reads_values: bool = False
     #: The K-faulters curve (problem 1, measured): a faulters.csv path ('' = none).
     faulters: str = ""
+    #: Requests and bytes of one cold explicit read of L bytes, measured through an lmdbio.pfs
+    #: mount (a requests_per_read.csv path, ``python -m lmdbio.model.requests``; '' = the
+    #: formula ``L / request``). Used for PFS profiles only.
+    requests_per_read: str = ""
+    #: DM's speculation as the fixed code issued it (a speculation summary.csv path with
+    #: touched, missed and extra pages; '' = every page speculated, none missed).
+    speculation: str = ""
+    #: A node-level client cache of whole storage blocks (GPFS's pagepool), bytes; 0 = none.
+    pagepool: int = 0
     #: ``((parameter, value), ...)``: storage-profile values that replace the profile's (an
     #: estimate at one end of its range).
     storage_overrides: tuple = ()
@@ -173,6 +182,9 @@ def load_platform(name_or_path: str | os.PathLike) -> Platform:
             explicit_inflight=float(raw.get("explicit_inflight", 0.0)),
             walk_reads_values=bool(raw.get("walk_reads_values", False)),
             faulters=str(raw.get("faulters", "")),
+            requests_per_read=str(raw.get("requests_per_read", "")),
+            speculation=str(raw.get("speculation", "")),
+            pagepool=int(raw.get("pagepool", 0)),
             ranges=_ranges(raw.get("ranges", {}), where),
             sources=MappingProxyType(dict(raw.get("sources", {}))), path=where)
     except KeyError as exc:
@@ -186,6 +198,8 @@ def load_platform(name_or_path: str | os.PathLike) -> Platform:
             and (plat.explicit_inflight == 0 or plat.explicit_inflight >= 1)):
         raise ConfigurationError(f"{where}: explicit_inflight must be 0 (from the calibration) or "
                                  f"a number >= 1, not {plat.explicit_inflight!r}")
+    if plat.pagepool < 0:
+        raise ConfigurationError(f"{where}: pagepool must be >= 0 bytes (0: no client cache)")
     if not (math.isfinite(plat.storage_time_scale) and plat.storage_time_scale > 0):
         raise ConfigurationError(f"{where}: storage_time_scale must be a positive number")
     return plat

@@ -92,10 +92,23 @@ def _faulters_cached(path: str):
     return mech.load_faulters(path)
 
 
-def _phase_time(profile, nodes, streams, budget) -> tuple[float, dict]:
+@lru_cache(maxsize=8)
+def _requests_curve(path: str):
+    from .requests import load_curve
+
+    return load_curve(path) if path else ()
+
+
+@lru_cache(maxsize=8)
+def _speculation(path: str) -> dict:
+    # Without a measurement: every page advised in time, nothing extra.
+    return mech.load_speculation(path) if path else {"miss": 0.0, "issued": 1.0, "served": 1.0}
+
+
+def _phase_time(profile, nodes, streams, budget, pagepool: int = 0) -> tuple[float, dict]:
     if profile is None or not streams:
         return 0.0, {}
-    times, counters = run_phase(profile, nodes, streams, budget)
+    times, counters = run_phase(profile, nodes, streams, budget, cache_bytes=pagepool)
     return max(times), counters
 
 
@@ -128,6 +141,13 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
     profile = storage_profile(platform, cal, cache)
     ra = profile.readahead if profile is not None else 0
     inflight, _ = explicit_depth(platform, cal)
+    pool = platform.pagepool
+    # The requests-per-read curve and DM's speculation were measured through the emulated PFS
+    # (a FUSE mount): used for PFS profiles, not for the local disk or the throttled device,
+    # whose kernel paths differ (there, the formula and an advice that arrives in time).
+    pfs = isinstance(platform.storage, str) and platform.storage != "disk"
+    curve = _requests_curve(platform.requests_per_read) if pfs else ()
+    spec_file = platform.speculation if pfs else ""
     rsize = profile.read_size if profile is not None else 1 << 20
     alpha = (platform.net_alpha_s or cal.mpi_alpha_s) if nodes > 1 else cal.mpi_alpha_s
     beta = (platform.net_beta_s or cal.mpi_beta_s) if nodes > 1 else cal.mpi_beta_s
@@ -178,14 +198,36 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
         if not cold:
             ph["read"] += copy_cpu
         elif o.speculative:
-            # DM: the predicted range is asked for (WILLNEED, asynchronous) before the ring
-            # wait; the walk and the copies then find their pages in the cache.
-            n, size, depth = mech.explicit_requests(g * f, rsize, ra, inflight)
-            streams = [Stream(node=j // rdr, n=n, size=size, offset=int(j * g * f), depth=depth)
-                       for j in range(R)]
-            t, c = _phase_time(profile, nodes, streams, budget)
+            # DM: the predicted range is asked for (WILLNEED) before the ring wait. The walk runs
+            # in the ring's turn (the cursor goes on only after it): the pages it must wait for
+            # (1 - served of them, measured) are read in its turn, one reader after another,
+            # as read-around faults. The advised reads move ``issued`` x the group's bytes; the
+            # part the walk does not wait for is read alongside.
+            sp = _speculation(spec_file)
+            req = (min(rsize, max(mech.PAGE, ra)) if pfs
+                   else mech.explicit_requests(g * f, rsize, ra, inflight)[1])
+            n, size, faults = mech.speculation_requests(g * f, req, sp["issued"], sp["served"])
+            depth = max(1.0, min(float(inflight), float(math.ceil(n - faults))))
+            streams = []
+            if faults > 0:
+                streams = [Stream(node=j // rdr, n=faults, size=size, offset=int(j * g * f),
+                                  spacing=size, after=j - 1) for j in range(R)]
+            if n - faults > 1e-9:
+                streams += [Stream(node=j // rdr, n=n - faults, size=size, depth=depth,
+                                   offset=int(j * g * f + faults * size)) for j in range(R)]
+            times, c = run_phase(profile, nodes, streams, budget, cache_bytes=pool)
             add_counters(c)
-            ph["read"] += max(max(0.0, t - ring_wait), copy_cpu)
+            turns = times[:R] if faults > 0 else [0.0] * R
+            t_adv = max(times[R:] if faults > 0 else times, default=0.0)
+            fcpu = faults * mech.fault_cpu(1, cal.page_fault_s, cal.handoff_s)
+            reader_cpu += fcpu
+            ring = sum(walk_cpu + fcpu + x + (alpha if R > 1 else 0.0) for x in turns)
+            own = walk_cpu + fcpu + turns[-1]
+            ring_wait = max(0.0, ring - own)
+            info.update(speculation_issued=sp["issued"], speculation_served=sp["served"])
+            ph["locate"] += turns[-1] + fcpu
+            # The advised reads end before the next batch only if the ring takes longer.
+            ph["read"] += max(copy_cpu, t_adv - ring)
         else:
             # (1)+(3) The walk faults the leaf pages (each node's ranks wait for each: one stream
             # per walker's page cache); every fault reads the read-around window W. With W at
@@ -210,7 +252,7 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
                               spacing=int(min(W, S) / kf) if cover < 1.0 else 0,
                               offset=int(j * (g if o.localized else n_node * b) * f))
                        for j in walkers]
-            t_leaf, c = _phase_time(profile, nodes, streams, budget)
+            t_leaf, c = _phase_time(profile, nodes, streams, budget, pool)
             add_counters(c)
             leaf_cpu = leaf_faults * (cal.page_fault_s + cal.handoff_s)
             data_faults = g * f * (1.0 - cover) / W
@@ -218,7 +260,7 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
             if data_faults > 0:
                 streams = [Stream(node=j // rdr, n=data_faults * kf * per, size=size, depth=per,
                                   offset=int(j * g * f)) for j in range(R)]
-                t_data, c = _phase_time(profile, nodes, streams, budget)
+                t_data, c = _phase_time(profile, nodes, streams, budget, pool)
                 add_counters(c)
             fcpu = data_faults * mech.fault_cpu(waiters, cal.page_fault_s, cal.handoff_s)
             reader_cpu += leaf_cpu + fcpu
@@ -243,14 +285,20 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
         if not cold:
             ph["read"] += cpu
         else:
-            n, size, depth = mech.explicit_requests(chunk, rsize, ra, inflight)
+            # A chunk of k batches is one file range only for a lone reader; with R > 1 a
+            # reader's records of each batch are their own extent (lmdbio.plan.chunk_runs), so
+            # COAL reads k extents of g records, each with its own requests and tail.
+            extents = k if R > 1 else 1
+            n, size, depth = mech.explicit_requests(chunk / extents, rsize, ra, inflight,
+                                                    measured=curve, tail_reused=R == 1)
+            n *= extents
             groups = mech.stagger_groups(R, o.stagger_size) if o.staggered else [R]
             durations = {}
             for gsize in sorted(set(groups)):
                 streams = [Stream(node=j // rdr, n=n, size=size, depth=depth, offset=int(j * chunk))
                            for j in range(gsize)]
                 used = max(1, min(nodes, math.ceil(gsize / rdr)))
-                durations[gsize], c = _phase_time(profile, used, streams, budget)
+                durations[gsize], c = _phase_time(profile, used, streams, budget, pool)
                 add_counters(c, groups.count(gsize) / k)
             turn = sum(durations[x] for x in groups[:-1]) + (len(groups) - 1) * alpha
             ph["read"] += mech.overlapped(durations[groups[-1]] / k, cpu, ra)
@@ -263,7 +311,7 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
                 # One 4 KiB pread per leaf page; a miss reads the readahead window.
                 size = min(rsize, max(mech.PAGE, ra))
                 t, _ = _phase_time(profile, 1, [Stream(node=0, n=leafs, size=size,
-                                                        spacing=int(rpl * f))], budget)
+                                                        spacing=int(rpl * f))], budget, pool)
             setup = t + N * cal.plan_record_s + (R - 1) * (alpha + (N / R) * 16 * beta)
     ph["wait"] += ring_wait
     # Ranks per core: a member's CPU per batch and a reader's CPU grow with it (measured at two

@@ -33,7 +33,7 @@ from .platform import Platform, Workload, load_platform
 from .predict import PHASES, predict_point
 
 __all__ = ["DEFAULT_SOURCES", "SETTINGS", "INDEPENDENT", "CRITERION", "find_summaries", "setting_of",
-           "throttled_profile", "validate", "error_table", "criterion_table", "write_validation"]
+           "throttled_profile", "validate", "error_table", "gap_of", "criterion_table", "write_validation"]
 
 REPO = Path(__file__).resolve().parents[2]
 _R = REPO / "data" / "results"
@@ -145,7 +145,9 @@ def validate(summaries, platform: Platform | str = "this-machine", cal: Calibrat
         agg = df.groupby(keys, dropna=False).agg(
             measured_s=("wall_s", "median"), measured_min_s=("wall_s", "min"),
             measured_max_s=("wall_s", "max"), repeats=("wall_s", "size"),
-            records=("records", "mean"), record_bytes=("record_bytes", "mean")).reset_index()
+            records=("records", "mean"), record_bytes=("record_bytes", "mean"),
+            **({"pfs_requests": ("pfs_requests", "median"), "pfs_bytes": ("pfs_bytes", "median")}
+               if "pfs_requests" in df.columns else {})).reset_index()
         for r in agg.to_dict("records"):
             storage, scale = _storage_of(r, meta)
             if r.get("time_scale") == r.get("time_scale") and r.get("time_scale") is not None:
@@ -179,6 +181,12 @@ def validate(summaries, platform: Platform | str = "this-machine", cal: Calibrat
                         "repeats": int(r["repeats"]), "iterations": int(r["iters"]),
                         **{f"pred_{x}_s": pred[f"{x}_s"] * int(r["iters"]) for x in PHASES},
                         "explicit_inflight": pred["explicit_inflight"],
+                        # Storage traffic: the model's (timed iterations plus warmup) against the
+                        # emulator's counters (the whole run: open, warmup and DIO's index pass too).
+                        "pred_storage_requests": pred["storage_requests"] * (int(r["iters"]) + int(r["warmup"])),
+                        "pred_storage_bytes": pred["storage_bytes"] * (int(r["iters"]) + int(r["warmup"])),
+                        "measured_storage_requests": float(r.get("pfs_requests", float("nan"))),
+                        "measured_storage_bytes": float(r.get("pfs_bytes", float("nan"))),
                         "dominant_mechanism": pred["dominant_mechanism"],
                         "source": str(path.relative_to(REPO) if path.is_relative_to(REPO) else path)})
     return pd.DataFrame(out)
@@ -198,13 +206,26 @@ def error_table(df):
     else:
         d["spread"] = float("nan")
 
+    if {"pred_storage_requests", "measured_storage_requests"} <= set(d.columns):
+        d["requests_ratio"] = d["pred_storage_requests"] / d["measured_storage_requests"]
+        d["bytes_ratio"] = d["pred_storage_bytes"] / d["measured_storage_bytes"]
+    else:
+        d["requests_ratio"] = d["bytes_ratio"] = float("nan")
+
     def row(storage, variant, g):
-        return {"storage": storage, "variant": variant, "points": len(g),
-                "median_abs_error": float(g["abs_error"].median()),
-                "worst_abs_error": float(g["abs_error"].max()),
-                "median_signed_error": float(g["rel_error"].median()),
-                # How much the repeats of one point differ: the noise the errors sit in.
-                "median_repeat_spread": float(g["spread"].median())}
+        r = {"storage": storage, "variant": variant, "points": len(g),
+             "median_abs_error": float(g["abs_error"].median()),
+             "worst_abs_error": float(g["abs_error"].max()),
+             "median_signed_error": float(g["rel_error"].median()),
+             # How much the repeats of one point differ: the noise the errors sit in.
+             "median_repeat_spread": float(g["spread"].median()),
+             # Where the emulator counted its requests: the model's count and bytes against them,
+             # and the time per request that is left (predicted / measured seconds per request).
+             "requests_ratio": float(g["requests_ratio"].median()),
+             "bytes_ratio": float(g["bytes_ratio"].median()),
+             "time_per_request_ratio": float(((1 + g["rel_error"]) / g["requests_ratio"]).median())}
+        r["gap"] = gap_of(r)
+        return r
     if "setting" not in d.columns:
         d = d.assign(setting=[setting_of(str(x), Path(str(src))) for x, src in zip(d["storage"], d["source"])])
     rows = [row(st, v, g) for (st, v), g in d.groupby(["setting", "variant"])]
@@ -215,6 +236,26 @@ def error_table(df):
     order = {v: i for i, v in enumerate(VARIANTS)}
     return t.sort_values(["setting", "variant"], key=lambda s: s.map(order) if s.name == "variant"
                          else s).reset_index(drop=True)
+
+
+def gap_of(r: dict) -> str:
+    """Which part of an error table row's median error the storage counters put it on.
+
+    Empty where the error meets the criterion. Where the emulator counted its
+    requests: "request count" when the model's count is off by more than the
+    criterion, else "time per request" (queueing and seeks between streams:
+    the estimates seek_s and the explicit-read depth), naming the ratios;
+    "no storage counters" elsewhere.
+    """
+    if not r["median_abs_error"] > CRITERION:
+        return ""
+    q, t = r["requests_ratio"], r["time_per_request_ratio"]
+    if q != q:
+        return "no storage counters: CPU or storage not separated"
+    if abs(q - 1) > CRITERION:
+        return f"request count (model/measured {q:.2f}, bytes {r['bytes_ratio']:.2f})"
+    return (f"time per request (model/measured {t:.2f}, requests {q:.2f}): queueing and seeks "
+            "between streams (estimates seek_s, explicit-read depth)")
 
 
 def criterion_table(df):
