@@ -406,6 +406,14 @@ def test_rendered_captions_match_the_committed_results(readme):
                                         "run `python -m lmdbio.claims` and commit both")
 
 
+def test_every_rendered_table_row_has_its_headers_cells():
+    blocks = claims.rendered_blocks(pd.read_csv(COMMITTED_RESULTS / "claims.csv"), COMMITTED_RESULTS)
+    for name, body in blocks.items():
+        rows = [line for line in body.splitlines() if line.startswith("|")]
+        cells = [len(re.split(r"(?<!\\)\|", line)) for line in rows]
+        assert len(set(cells)) == 1, f"the {name!r} table's rows do not match its header: {cells}"
+
+
 TYPED_RESULT = re.compile(r"\b\d+(?:[.,]\d+)?(?:-\d+(?:\.\d+)?)?\s*(?:x\b|%)")
 
 
