@@ -87,7 +87,7 @@ reproduce: venv datasets
 
 # Replot every figure from the committed results (RUN=False), no MPI.
 figures: venv
-	$(BIN)/python -m lmdbio.notebook_runner --replot --out build/figures-notebooks
+	$(BIN)/python -m lmdbio.notebook_runner --replot --jobs 2 --out build/figures-notebooks
 	$(BIN)/python -m lmdbio.claims
 
 # The notebooks are the source, committed stripped (nbstripout, with lmdbio's settings):

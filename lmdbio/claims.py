@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -662,10 +664,16 @@ def write(results_root=COMMITTED_RESULTS, out: str | Path | None = None, *,
           fallback: bool = True) -> pd.DataFrame:
     """Evaluate every claim and write ``claims.csv`` (default: ``results_root/claims.csv``)."""
     df = evaluate(results_root, fallback=fallback)
-    out = Path(out) if out else Path(results_root) / "claims.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out, index=False)
+    _write_csv(df, Path(out) if out else Path(results_root) / "claims.csv")
     return df
+
+
+def _write_csv(df: pd.DataFrame, out: Path) -> None:
+    """Write ``out`` whole or not at all: notebooks replotting side by side rewrite the same files."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    df.to_csv(tmp, index=False)
+    os.replace(tmp, out)
 
 
 def _cell(text) -> str:
@@ -857,9 +865,7 @@ def write_split(results_root=COMMITTED_RESULTS, out: str | Path | None = None, *
                 fallback: bool = True) -> pd.DataFrame:
     """Write ``claims_split.csv`` (default: ``results_root/claims_split.csv``)."""
     df = split_table(results_root, fallback=fallback)
-    out = Path(out) if out else Path(results_root) / "claims_split.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out, index=False)
+    _write_csv(df, Path(out) if out else Path(results_root) / "claims_split.csv")
     return df
 
 

@@ -117,8 +117,14 @@ def run_notebooks(scale: str = "default", out: str | os.PathLike = "build/notebo
                   figures_root: str | os.PathLike | None = None,
                   datasets_root: str | os.PathLike | None = None,
                   extra: dict | None = None, timeout: int | None = None,
-                  progress: bool = False, cluster: str | None = None) -> list[dict]:
+                  progress: bool = False, cluster: str | None = None,
+                  jobs: int = 1) -> list[dict]:
     """Execute the notebooks in order; returns one ``{"notebook", "seconds", "ok"}`` per notebook.
+
+    ``jobs`` > 1 replots (``run=False`` only) that many notebooks side by side:
+    they read results and write their own figures. Measuring notebooks always
+    run one after the other (later ones read earlier ones' results, and two
+    would share the cores they measure).
 
     ``cluster`` (``"mpi"`` or ``"slurm"``) is where the notebooks' engines run:
     it is passed to every ``MPICluster()`` through ``$LMDBIO_CLUSTER`` (the
@@ -129,6 +135,8 @@ def run_notebooks(scale: str = "default", out: str | os.PathLike = "build/notebo
     """
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    if jobs > 1 and run:
+        raise ValueError("jobs > 1 replots side by side; measuring notebooks (run=True) run one at a time")
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     params = {
@@ -146,7 +154,16 @@ def run_notebooks(scale: str = "default", out: str | os.PathLike = "build/notebo
     if cluster:
         os.environ[CLUSTER_ENV] = cluster   # the kernels inherit it
     try:
-        done = _execute(notebooks(only), out, params, scale, run, progress, timeout)
+        paths = notebooks(only)
+        if jobs > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(jobs) as pool:
+                parts = list(pool.map(lambda nb: _execute([nb], out, params, scale, run, progress, timeout),
+                                      paths))
+            done = [d for part in parts for d in part]
+        else:
+            done = _execute(paths, out, params, scale, run, progress, timeout)
     finally:
         if cluster:
             if old_cluster is None:
@@ -192,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--figures-root", help="default: figures")
     p.add_argument("--datasets-root", help="default: data/datasets")
     p.add_argument("--timeout", type=int, default=None, help="seconds per cell (default: none)")
+    p.add_argument("--jobs", type=int, default=1, help="with --replot: notebooks replotted side by side")
     p.add_argument("--cluster", choices=["mpi", "slurm"], default=None,
                    help="where the engines run (default: $LMDBIO_CLUSTER or local mpi)")
     p.add_argument("--strip", action="store_true",
@@ -206,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         done = run_notebooks(args.scale, args.out, run=not args.replot, only=args.only,
                              results_root=args.results_root, figures_root=args.figures_root,
                              datasets_root=args.datasets_root, timeout=args.timeout,
-                             cluster=args.cluster)
+                             cluster=args.cluster, jobs=args.jobs)
     except Exception as exc:
         print(f"[notebooks] stopped: {type(exc).__name__}: {str(exc)[:2000]}", file=sys.stderr)
         return 1

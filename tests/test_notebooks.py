@@ -165,8 +165,11 @@ def test_replot_from_committed_results_without_mpi(tmp_path):
     results = REPO / "data" / "results"
     if not any(results.glob("*/meta.json")):
         pytest.skip("no committed results yet")
-    run_notebooks("default", tmp_path / "out", run=False, results_root=results,
+    before = (results / "claims.csv").read_text()
+    # Two at a time, as `make figures` does: each rewrites claims.csv (atomically, the same rows).
+    run_notebooks("default", tmp_path / "out", run=False, results_root=results, jobs=2,
                   figures_root=tmp_path / "figures", datasets_root=tmp_path / "datasets")
+    assert (results / "claims.csv").read_text() == before, "replotting changed the committed verdicts"
     for path in NOTEBOOKS:
         for fig in _figures(path):
             assert (tmp_path / "figures" / f"{fig}.png").exists(), f"{path.name}: {fig} not replotted"
@@ -174,22 +177,23 @@ def test_replot_from_committed_results_without_mpi(tmp_path):
 
 @pytest.mark.notebooks
 def test_without_fuse_the_gpfs_panel_is_replotted_and_says_so(tmp_path, monkeypatch):
+    # Notebook 05 (no throttled points at tiny, unlike 03: the cheapest with a GPFS panel).
     # As on a machine without /dev/fuse: (a) and (c) are measured, (b) comes from the committed
     # results, the cell says why, the figure and the claims rows say where (b) came from.
-    committed = REPO / "data" / "results" / "03_lmm" / "gpfs"
+    committed = REPO / "data" / "results" / "05_dio" / "gpfs"
     if not (committed / "summary.csv").exists():
         pytest.skip("no committed emulated-GPFS results")
     monkeypatch.setenv("LMDBIO_NO_PFS", "1")
-    run_notebooks("tiny", tmp_path / "out", only=["03"], results_root=tmp_path / "results",
+    run_notebooks("tiny", tmp_path / "out", only=["05"], results_root=tmp_path / "results",
                   figures_root=tmp_path / "figures", datasets_root=tmp_path / "datasets")
-    nb = nbformat.read(tmp_path / "out" / "03_lmm.ipynb", as_version=4)
+    nb = nbformat.read(tmp_path / "out" / "05_dio.ipynb", as_version=4)
     text = "\n".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
     assert "The emulated GPFS cannot be mounted here: $LMDBIO_NO_PFS is set" in text
-    assert "gpfs: replotted from the committed results in data/results/03_lmm/gpfs" in text
-    assert not (tmp_path / "results" / "03_lmm" / "gpfs").exists(), "nothing was measured through FUSE"
-    assert (tmp_path / "figures" / "03_lmm_settings.png").stat().st_size > 1000
+    assert "gpfs: replotted from the committed results in data/results/05_dio/gpfs" in text
+    assert not (tmp_path / "results" / "05_dio" / "gpfs").exists(), "nothing was measured through FUSE"
+    assert (tmp_path / "figures" / "05_dio_settings.png").stat().st_size > 1000
     rows = pd.read_csv(tmp_path / "results" / "claims.csv").set_index(["claim", "setting"])
-    assert "[committed results" in rows.loc[("C2", "gpfs"), "why"]
-    assert rows.loc[("C2", "gpfs"), "source"] == "data/results/03_lmm/gpfs"
-    assert str(tmp_path) in rows.loc[("C2", "local"), "source"]
-    assert str(tmp_path) in rows.loc[("C2", "model"), "source"]
+    assert "[committed results" in rows.loc[("C4", "gpfs"), "why"]
+    assert rows.loc[("C4", "gpfs"), "source"] == "data/results/05_dio/gpfs"
+    assert str(tmp_path) in rows.loc[("C4", "local"), "source"]
+    assert str(tmp_path) in rows.loc[("C4", "model"), "source"]
