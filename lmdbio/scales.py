@@ -92,6 +92,28 @@ NOTEBOOK_SCALES: dict[str, dict[str, dict]] = {
         "default": {"iters": 24, "pfs_iters": 24, "pfs_repeats": 3, "stagger_size": 2},
         "large": {"iters": 32, "pfs_iters": 32, "pfs_repeats": 1, "stagger_size": 8},
     },
+    # Beyond the papers: epochs on their own small dataset (N not a multiple of the epoch
+    # batch, so the last batch is short), local points at procs, the emulated GPFS at pfs_procs
+    # (shuffled epochs) and overlap_procs (prefetch); [] = replot the committed results.
+    # coalesce_bytes (None: the Reader's 4 MiB) keeps k batches per chunk small enough at tiny
+    # that an epoch holds its first chunk (read untimed) and the timed batches.
+    "12_beyond": {
+        "tiny": {"procs": [1, 2], "iters": 4, "repeats": 2,
+                 "datasets": {"cifar10": ("cifar10", 512), "cifar10-epochs": ("cifar10", 500)},
+                 "epoch_batch": 96, "pfs_procs": [], "overlap_procs": [], "prefetch_depths": [0, 1, 2],
+                 "decode_iters": 8, "decode_rounds": 2, "coalesce_bytes": 1 << 18,
+                 "shuffle_chunks": [16, 64], "shuffle_windows": [1, 4]},
+        "default": {"procs": [1, 4], "iters": 32, "repeats": 3,
+                    "datasets": {"cifar10": ("cifar10", 60000), "cifar10-epochs": ("cifar10", 6000)},
+                    "epoch_batch": 256, "pfs_procs": [4], "overlap_procs": [4, 8],
+                    "prefetch_depths": [0, 1, 2], "decode_iters": 100, "decode_rounds": 3,
+                    "coalesce_bytes": None, "shuffle_chunks": [16, 64, 256, 1024], "shuffle_windows": [1, 4, 16]},
+        "large": {"procs": [1, 4, 16, 36], "iters": 64, "repeats": 3,
+                  "datasets": {"cifar10": ("cifar10", 1_000_000), "cifar10-epochs": ("cifar10", 60000)},
+                  "epoch_batch": 576, "pfs_procs": [4, 16, 36], "overlap_procs": [4, 16, 36],
+                  "prefetch_depths": [0, 1, 2], "decode_iters": 700, "decode_rounds": 3,
+                  "coalesce_bytes": None, "shuffle_chunks": [16, 64, 256, 1024], "shuffle_windows": [1, 4, 16]},
+    },
 }
 
 

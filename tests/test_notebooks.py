@@ -20,7 +20,9 @@ from lmdbio.notebook_runner import REPO, notebooks, run_notebooks, strip, unstri
 
 NOTEBOOKS = notebooks()
 EXPECTED = ["00_environment", "01_datasets", "02_lmdb_analysis", "03_lmm", "04_dm", "05_dio",
-            "06_prov", "07_coal", "08_stag", "09_scaling", "10_training", "11_scale_model"]
+            "06_prov", "07_coal", "08_stag", "09_scaling", "10_training", "11_scale_model", "12_beyond"]
+#: Notebooks past the papers: their verdicts are the issues' targets, not the claims.
+BEYOND = ("12",)
 
 
 # What a cluster's engines or controller print when they are killed instead of shut down.
@@ -112,7 +114,8 @@ def test_settings_come_from_lmdbio_scales(path):
     assert not re.search(r"^SCALES\s*=", src, re.M), f"{path.name}: a copy of the scales"
 
 
-@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem[:2] not in ("00", "01")], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem[:2] not in ("00", "01", *BEYOND)],
+                         ids=lambda p: p.stem)
 def test_claim_notebooks_close_with_the_verdicts_from_claims_csv(path):
     nb = nbformat.read(path, as_version=4)
     last = nb.cells[-1]
@@ -123,6 +126,17 @@ def test_claim_notebooks_close_with_the_verdicts_from_claims_csv(path):
         for needed in ("emulated_pfs(", "throttled_device(", "model_series(", "plots.claim_settings(",
                        f'"{path.stem}_settings"'):
             assert needed in src, f"{path.name}: the settings need {needed}"
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem[:2] in BEYOND], ids=lambda p: p.stem)
+def test_beyond_notebooks_judge_targets_with_the_claims_rule_and_render_the_close(path):
+    nb = nbformat.read(path, as_version=4)
+    src = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "beyond.verdicts(" in src, f"{path.name}: verdicts come from lmdbio.beyond.verdicts"
+    assert "emulated_pfs(" in src and "settings_results(" in src, f"{path.name}: GPFS measured or replotted"
+    last = nb.cells[-1]
+    assert last.cell_type == "code" and "targets.itertuples()" in last.source, \
+        f"{path.name}: the closing cell renders each target's verdict from the results"
 
 
 @pytest.mark.notebooks
