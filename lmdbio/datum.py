@@ -257,7 +257,7 @@ class _Layout:
     ``expected`` is what the first three must hold.
     """
 
-    __slots__ = ("tpl", "header", "size", "cols", "expected")
+    __slots__ = ("tpl", "header", "size", "cols", "mask", "expected")
 
     def __init__(self, buf: np.ndarray, off: int, tpl):
         header, data_len, _, suffix = tpl
@@ -266,7 +266,11 @@ class _Layout:
         self.size = header + data_len + 2 + len(suffix)
         self.cols = np.array([*range(header), header + data_len,
                               *range(self.size - len(suffix), self.size), header + data_len + 1])
-        self.expected = np.frombuffer(self.header + b"\x28" + suffix, np.uint8)
+        # ``got & mask == expected`` in one pass: every byte as the template's, and the
+        # label's continuation bit clear (a one-byte varint).
+        self.mask = np.full(len(self.cols), 0xFF, np.uint8)
+        self.mask[-1] = 0x80
+        self.expected = np.frombuffer(self.header + b"\x28" + suffix + b"\x00", np.uint8)
 
 
 # The last layout built: consecutive batches of one dataset share it, so a batch costs one
@@ -297,10 +301,9 @@ def _decode_uniform(buf: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, lay
     if not (sizes == lay.size).all():
         return False
     got = buf[offsets[:, None] + lay.cols]
-    label = got[:, -1]
-    if not ((got[:, :-1] == lay.expected).all() and (label < 0x80).all()):
+    if not ((got & lay.mask) == lay.expected).all():
         return False
-    labels[:] = label
+    labels[:] = got[:, -1]
     _gather(buf, offsets + lay.tpl[0], None, out)
     return True
 
@@ -322,7 +325,7 @@ def _gather(buf: np.ndarray, starts: np.ndarray, rows: np.ndarray | None, out: n
         if len(cuts) <= n // 8:
             # Between two cuts every step is ``stride``, so each stretch is one strided view.
             flat = out.reshape(n, -1)
-            bounds = [0, *(cuts + 1).tolist(), n]
+            bounds = [0, *(cuts + 1).tolist(), n] if len(cuts) else (0, n)
             for first, end in zip(bounds[:-1], bounds[1:]):
                 np.copyto(flat[first:end], np.ndarray((end - first, c * h * w), np.uint8, buf,
                                                       int(starts[first]), (stride, 1)))
