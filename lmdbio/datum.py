@@ -352,6 +352,11 @@ def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
     another field order) is parsed by protobuf, so the result equals
     :func:`decode_image` and ``label`` of :func:`decode` on every record.
 
+    The images are always copied out of ``buffer``, never a view of it: a
+    Batch's buffer is a slot the Reader refills at the second following
+    ``read_batch()``, and records in file order are not at one stride anyway
+    (LMDB's leaf pages cut a CIFAR batch into about four stretches).
+
     Args:
         buffer: the bytes-like buffer holding the records (a Batch's ``buffer``).
         offsets, sizes: where each record lies in ``buffer``.
