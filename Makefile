@@ -10,7 +10,7 @@ SCALE   ?= default
 CLUSTER ?= mpi
 SLURM_DIR ?= build/slurm
 
-.PHONY: venv lock test test-fast test-slurm fuzz reproduce datasets notebooks figures strip lab bench bench-issue6 bench-issue15 bench-pfs bench-throttle bench-faulters \
+.PHONY: venv lock test test-fast test-slurm test-torch fuzz reproduce datasets notebooks figures strip lab bench bench-issue6 bench-issue15 bench-pfs bench-throttle bench-faulters \
 	cluster-up cluster-down clean help
 
 help:
@@ -18,10 +18,11 @@ help:
 	@echo "                  SCALE=tiny|default|large CLUSTER=mpi|slurm (default: default, mpi)"
 	@echo "make test       - venv and the whole test suite (about 11 min)"
 	@echo "make test-fast  - unit and small MPI tests: no notebooks, Slurm, FUSE, throttled devices,"
-	@echo "                  fuzz campaign or tests marked slow (under 2 min)"
+	@echo "                  fuzz campaign, torch install or tests marked slow (under 2 min)"
 	@echo "make venv       - create/update .venv: pyproject.toml's [dev] extra, pinned by constraints.txt"
 	@echo "make lock       - rewrite constraints.txt from the current .venv"
 	@echo "make test-slurm - only the tests on a local 2-node Slurm (pytest -m slurm)"
+	@echo "make test-torch - the PyTorch adapter; installs torch's CPU wheel into ~/.cache/lmdbio/torch-cpu"
 	@echo "make fuzz       - the long fuzz campaign over damaged data.mdb files"
 	@echo "make cluster-up / cluster-down - a 2-node Slurm on this host, to try CLUSTER=slurm by hand"
 	@echo "make datasets   - the default datasets under $(DATA)/"
@@ -63,7 +64,7 @@ test: venv
 	$(BIN)/python -m pytest --durations=25 tests
 
 # The inner loop: markers in pyproject.toml, the slow list in tests/conftest.py.
-FAST := not slow and not notebooks and not slurm and not fuse and not throttled and not fuzz
+FAST := not slow and not notebooks and not slurm and not fuse and not throttled and not fuzz and not torch
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "$(FAST)" tests
 
@@ -130,6 +131,10 @@ bench-dilated: venv datasets
 
 test-slurm: venv
 	$(BIN)/python -m pytest -m slurm tests
+
+# PyTorch is no part of .venv: the test installs the CPU wheel into ~/.cache/lmdbio/torch-cpu.
+test-torch: venv
+	$(BIN)/python -m pytest -m torch -rs tests
 
 fuzz: venv
 	LMDBIO_FUZZ_CASES=20000 $(BIN)/python -m pytest tests/test_fuzz.py

@@ -203,27 +203,6 @@ def _varints(buf: np.ndarray, at: np.ndarray,
     return np.where(good, labels, -1), good
 
 
-def _stride_runs(starts: np.ndarray) -> list[tuple[int, int, int]]:
-    """Split records into runs that lie at one stride in the buffer: ``(first, count, stride)``.
-
-    A batch read from one file region has a handful of runs (records one
-    page apart, broken where LMDB put a leaf page), so callers loop over
-    runs, not records.
-    """
-    m = len(starts)
-    if m == 1:
-        return [(0, 1, 0)]
-    step = np.diff(starts)
-    runs, i = [], 0
-    for c in (np.flatnonzero(step[1:] != step[:-1]) + 1).tolist():
-        if c > i:  # records i..c are at stride step[i]
-            runs.append((i, c - i + 1, int(step[i])))
-            i = c + 1
-    if i < m:
-        runs.append((i, m - i, int(step[i]) if i < m - 1 else 0))
-    return runs
-
-
 def _fast_labels(buf: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, tpl,
                  labels: np.ndarray) -> np.ndarray:
     """Check every record against the template; fill ``labels`` of those that match.
@@ -270,6 +249,65 @@ def _fast_labels(buf: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, tpl,
     return ok
 
 
+class _Layout:
+    """A template's bytes and gather columns, kept across batches (see :func:`_layout`).
+
+    ``size`` is a record with a one-byte label; ``cols`` pick the header, the
+    label tag, the suffix and (last) the label of such a record, and
+    ``expected`` is what the first three must hold.
+    """
+
+    __slots__ = ("tpl", "header", "size", "cols", "mask", "expected")
+
+    def __init__(self, buf: np.ndarray, off: int, tpl):
+        header, data_len, _, suffix = tpl
+        self.tpl = tpl
+        self.header = buf[off:off + header].tobytes()
+        self.size = header + data_len + 2 + len(suffix)
+        self.cols = np.array([*range(header), header + data_len,
+                              *range(self.size - len(suffix), self.size), header + data_len + 1])
+        # ``got & mask == expected`` in one pass: every byte as the template's, and the
+        # label's continuation bit clear (a one-byte varint).
+        self.mask = np.full(len(self.cols), 0xFF, np.uint8)
+        self.mask[-1] = 0x80
+        self.expected = np.frombuffer(self.header + b"\x28" + suffix + b"\x00", np.uint8)
+
+
+# The last layout built: consecutive batches of one dataset share it, so a batch costs one
+# bytes comparison instead of a header parse. Replaced whole (atomic under threads).
+_LAST_LAYOUT: _Layout | None = None
+
+
+def _layout(buf: np.ndarray, off: int, size: int) -> _Layout | None:
+    """The layout of the record at ``off``: the cached one if its header bytes are the same."""
+    global _LAST_LAYOUT
+    lay = _LAST_LAYOUT
+    if lay is not None and size == lay.size and \
+            buf[off:off + len(lay.header)].tobytes() == lay.header:
+        return lay
+    tpl = _template(buf, off, size)
+    if tpl is None:
+        return None
+    lay = _LAST_LAYOUT = _Layout(buf, off, tpl)
+    return lay
+
+
+def _decode_uniform(buf: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, lay: _Layout,
+                    out: np.ndarray, labels: np.ndarray) -> bool:
+    """The common batch, whole or not at all: every record is ``lay.size`` bytes with ``lay``'s
+    header, label tag and suffix and a one-byte label. Fills ``out`` and ``labels`` and
+    returns True; False (nothing written) when any record differs.
+    """
+    if not (sizes == lay.size).all():
+        return False
+    got = buf[offsets[:, None] + lay.cols]
+    if not ((got & lay.mask) == lay.expected).all():
+        return False
+    labels[:] = got[:, -1]
+    _gather(buf, offsets + lay.tpl[0], None, out)
+    return True
+
+
 def _gather(buf: np.ndarray, starts: np.ndarray, rows: np.ndarray | None, out: np.ndarray) -> None:
     """Copy the image bytes at ``starts`` into ``out[rows]`` (None: every row, in order).
 
@@ -278,13 +316,20 @@ def _gather(buf: np.ndarray, starts: np.ndarray, rows: np.ndarray | None, out: n
     with one fancy index over a view of every L-byte window of the buffer.
     """
     n, c, h, w = out.shape
-    if rows is None and out.flags.c_contiguous and \
-            np.count_nonzero(np.diff(starts, 2)) <= len(starts) // 8:
-        flat = out.reshape(n, -1)
-        for first, count, stride in _stride_runs(starts):
-            flat[first:first + count] = np.ndarray((count, c * h * w), np.uint8, buf,
-                                                   int(starts[first]), (stride, 1))
-        return
+    if rows is None and out.flags.c_contiguous and n > 1:
+        # Records in file order lie at one stride (one page per CIFAR record) broken only
+        # where LMDB put a leaf page: copy each stretch at that stride with one strided copy.
+        step = np.diff(starts)
+        stride = int(step[0])
+        cuts = np.flatnonzero(step != stride)
+        if len(cuts) <= n // 8:
+            # Between two cuts every step is ``stride``, so each stretch is one strided view.
+            flat = out.reshape(n, -1)
+            bounds = [0, *(cuts + 1).tolist(), n] if len(cuts) else (0, n)
+            for first, end in zip(bounds[:-1], bounds[1:]):
+                np.copyto(flat[first:end], np.ndarray((end - first, c * h * w), np.uint8, buf,
+                                                      int(starts[first]), (stride, 1)))
+            return
     size = c * h * w
     windows = np.ndarray((len(buf) - size + 1, size), np.uint8, buf, 0, (1, 1))
     images = windows[starts].reshape(-1, c, h, w)
@@ -306,6 +351,11 @@ def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
     Python loop. Any other record (another shape, encoded, float_data,
     another field order) is parsed by protobuf, so the result equals
     :func:`decode_image` and ``label`` of :func:`decode` on every record.
+
+    The images are always copied out of ``buffer``, never a view of it: a
+    Batch's buffer is a slot the Reader refills at the second following
+    ``read_batch()``, and records in file order are not at one stride anyway
+    (LMDB's leaf pages cut a CIFAR batch into about four stretches).
 
     Args:
         buffer: the bytes-like buffer holding the records (a Batch's ``buffer``).
@@ -336,12 +386,18 @@ def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
     if min(offsets.min(), sizes.min()) < 0 or (offsets + sizes).max() > len(buf):
         raise ValueError(f"records lie outside the {len(buf)}-byte buffer; offsets and sizes "
                          "must describe records inside it")
-    tpl = _template(buf, int(offsets[0]), int(sizes[0]))
+    lay = _layout(buf, int(offsets[0]), int(sizes[0]))
     if out is None:
         if shape is None:
-            shape = tpl[2] if tpl is not None else \
+            shape = lay.tpl[2] if lay is not None else \
                 decode_image(decode(buf[offsets[0]:offsets[0] + sizes[0]])).shape
         out = np.empty((n, *shape), dtype=np.uint8)
+    if lay is not None and lay.tpl[2] == out.shape[1:] and \
+            _decode_uniform(buf, offsets, sizes, lay, out, labels):
+        return out, labels
+    # Not the common batch: the record-by-record checks, with the first record's own template
+    # (the cached one may carry another suffix).
+    tpl = _template(buf, int(offsets[0]), int(sizes[0]))
     if tpl is None or tpl[2] != out.shape[1:]:
         ok = np.zeros(n, dtype=bool)  # protobuf's path names the first record of a wrong shape
     else:

@@ -252,5 +252,51 @@ def test_records_in_any_order_of_the_buffer(order):
         sel = np.r_[run_start:run_start + 10, 39:29:-1]
         images, labels = datum.decode_records(b.buffer, b.offsets[sel], b.sizes[sel])
         assert np.array_equal(images, imgs[sel]) and np.array_equal(labels, sel)
-    stride = int(b.offsets[1] - b.offsets[0])
-    assert datum._stride_runs(b.offsets[sel]) == [(0, 10, stride), (10, 10, -stride)]
+
+
+def _uniform_takes(b) -> bool:
+    """Whether the whole-batch path takes this batch (it writes nothing when it does not)."""
+    lay = datum._layout(b.buffer, int(b.offsets[0]), int(b.sizes[0]))
+    out = np.zeros((len(b), *lay.tpl[2]), np.uint8)
+    labels = np.full(len(b), -7, np.int64)
+    took = datum._decode_uniform(b.buffer, b.offsets, b.sizes, lay, out, labels)
+    assert took or (not out.any() and (labels == -7).all())
+    return took
+
+
+@pytest.mark.parametrize("odd", ["long label", "other shape", "trailer", "encoded"])
+def test_one_odd_record_mid_batch_falls_back(odd):
+    # 32 records at one stride; record 17 differs in one way the whole-batch path must refuse.
+    imgs = _images(32, (3, 6, 6), seed=6)
+    blobs = [datum.encode(im, i % 10) for i, im in enumerate(imgs)]
+    clean = _batch(blobs, gap=5)
+    assert _uniform_takes(clean)
+    _check_equal(clean)
+    if odd == "long label":        # a two-byte varint: the record is one byte longer
+        blobs[17] = datum.encode(imgs[17], 300)
+    elif odd == "other shape":     # the same number of bytes, another header
+        blobs[17] = datum.encode(imgs[17].reshape(3, 4, 9), 7)
+    elif odd == "trailer":         # the same length: the label's last byte says "go on"
+        blobs[17] = blobs[17][:-1] + bytes([0x81])
+    else:                          # a PNG where the raw bytes were
+        png = datum.encode_image_bytes(imgs[17], "PNG")
+        blobs[17] = datum.encode(encoded_bytes=png, label=4, channels=3, height=6, width=6)
+    b = _batch(blobs, gap=5)
+    assert not _uniform_takes(b)
+    if odd in ("other shape", "trailer"):
+        with pytest.raises(LmdbioError, match="record 17"):
+            datum.decode_many(b)
+    else:
+        images, labels = _check_equal(b)
+        assert labels[17] == (300 if odd == "long label" else 4)
+
+
+def test_layout_kept_across_batches_is_rechecked():
+    # Batches of two datasets in turn, and one whose records carry Caffe's trailer after the
+    # same header: the layout kept from the previous batch must never decide for this one.
+    a = [datum.encode(im, i) for i, im in enumerate(_images(12, (3, 4, 4), seed=7))]
+    b = [datum.encode(im, i) for i, im in enumerate(_images(12, (3, 5, 5), seed=8))]
+    c = [blob + b"\x38\x00" for blob in a]
+    for blobs in (a, b, a, c, a, c, b):
+        _check_equal(_batch(blobs, gap=2))
+        _check_equal(blobs)

@@ -1,12 +1,34 @@
-"""lmdbio.torch: imports without torch; with torch, an IterableDataset over the epochs."""
+"""lmdbio.torch: imports without torch; with torch, an IterableDataset over the epochs.
 
+torch is no part of ``make venv`` (its CPU wheel is about 550 MB, 1.2 GB
+installed). The test marked ``torch`` installs it, when this interpreter
+cannot import it, into a cache outside the repository,
+``$XDG_CACHE_HOME/lmdbio/torch-cpu`` (default ``~/.cache/lmdbio/torch-cpu``),
+reused by later runs, and runs the adapter checks under mpiexec with that
+directory on PYTHONPATH. ``LMDBIO_TORCH_FIND_LINKS=DIR`` lets pip take the
+wheel from DIR first; ``LMDBIO_TORCH_INDEX=URL`` replaces the CPU wheels'
+index (``https://pypi.org/simple`` gives PyPI's torch, which also pulls
+NVIDIA's CUDA libraries, several GB: its own wheel does not import without
+them, even on CPU).
+"""
+
+import fcntl
 import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
+from conftest import ROOT, run_mpi
+
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
+TORCH_INDEX = os.environ.get("LMDBIO_TORCH_INDEX", "https://download.pytorch.org/whl/cpu")
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +75,60 @@ def test_dataloader_epochs_match_the_reader(db):
         for (x, y), (wx, wy) in zip(got, want):
             assert np.array_equal(x, wx) and np.array_equal(y, wy)
     ds.close()
+
+
+def _torch_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "lmdbio" / "torch-cpu"
+
+
+def _index_unreachable() -> str | None:
+    """Why pip cannot reach the CPU wheels' index, or None when it answers."""
+    try:
+        urllib.request.urlopen(f"{TORCH_INDEX}/torch/", timeout=20).close()
+    except OSError as exc:
+        return f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+    return None
+
+
+def torch_path() -> str | None:
+    """A directory to put on PYTHONPATH for torch (None: this interpreter imports it).
+
+    Installs the CPU wheel there with pip the first time (under a lock, so
+    parallel runs install once); skips the test only when the install fails
+    and the index cannot be reached.
+    """
+    if HAVE_TORCH:
+        return None
+    target = _torch_cache()
+    done = target / ".lmdbio-installed"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / "torch-cpu.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return str(target)
+        shutil.rmtree(target, ignore_errors=True)   # a half-made one from an interrupted run
+        cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--retries", "1",
+               "--target", str(target), "--index-url", TORCH_INDEX,
+               "-c", str(ROOT / "constraints.txt"), "torch"]
+        if os.environ.get("LMDBIO_TORCH_FIND_LINKS"):
+            cmd[4:4] = ["--find-links", os.environ["LMDBIO_TORCH_FIND_LINKS"]]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        if proc.returncode != 0:
+            shutil.rmtree(target, ignore_errors=True)
+            why = _index_unreachable()
+            if why is not None:
+                pytest.skip(f"torch is not installed and pip cannot reach {TORCH_INDEX} ({why}); "
+                            "set LMDBIO_TORCH_FIND_LINKS to a directory holding the wheel")
+            pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+        done.write_text(" ".join(cmd) + "\n")
+    return str(target)
+
+
+@pytest.mark.torch
+def test_dataloader_over_mpi_ranks_with_torch_installed(db):
+    """Installs torch if needed, then tests/mpi/torch_checks.py on 2 ranks (its docstring)."""
+    path = torch_path()
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), path) if p)}
+    proc = run_mpi("torch_checks.py", 2, db, env=env, timeout=600)
+    assert "torch checks: ok" in proc.stdout
