@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 from ..provenance import model_parameters
+from .requests import IO_PAGES, curve_requests
 
 __all__ = ["PAGE", "geometry", "fault_cpu", "faulter_factor", "load_faulters", "cursor_steps", "ring_cycle", "mmap_requests",
            "explicit_requests", "load_speculation", "speculation_requests", "overlapped", "coalesce_factor", "stripe_pieces", "stagger_groups", "handoff",
@@ -193,8 +194,6 @@ def mmap_requests(nbytes: float, readahead: int, read_size: int) -> tuple[float,
 #: FUSE's default max_background (12). An estimate: the model takes the depth from the
 #: platform (``explicit_inflight``) or, for the emulated PFS, from calibrate's measurement.
 IN_FLIGHT = 12
-#: The kernel's cap on one buffered read request without a larger readahead window (io_pages).
-IO_PAGES = 128 << 10
 
 
 def explicit_requests(nbytes: float, read_size: int, readahead: int,
@@ -220,7 +219,6 @@ def explicit_requests(nbytes: float, read_size: int, readahead: int,
         # The measured curve: ceil(L / request) + e requests moving L x b bytes (the readahead
         # window past the read's end). ``tail_reused``: the reader's next read starts where
         # this one ends, so those bytes are not read again (only the requests count).
-        from .requests import curve_requests
 
         n, moved = curve_requests(nbytes, req, measured)
         if tail_reused:

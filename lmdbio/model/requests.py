@@ -37,6 +37,8 @@ DEFAULT_CSV = REPO / "data" / "results" / "model_calibration" / "requests_per_re
 #: Read lengths: a few pages, one GPFS block, a CIFAR group of 64 and 256 records, 4 MiB (COAL).
 LENGTHS = (16 << 10, 256 << 10, 262144 + 4096 * 3, 790528, 1 << 20, 2 << 20, 4 << 20)
 PROFILE = "gpfs-2017"
+#: The kernel's cap on one buffered read request without a larger readahead window (io_pages).
+IO_PAGES = 128 << 10
 #: Bytes of the cold region whose pages are faulted in order (the mmap rows).
 FAULT_REGION = 4 << 20
 
@@ -111,8 +113,6 @@ def measure(lengths=LENGTHS, repeats: int = 5, workdir=None, profile: str = PROF
 
 
 def _request_cap(prof) -> int:
-    from .mechanisms import IO_PAGES
-
     return min(int(prof.read_size), max(int(prof.readahead), IO_PAGES))
 
 
