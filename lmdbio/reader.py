@@ -243,7 +243,9 @@ class Reader:
         pf, self._pf = self._pf, None
         if pf is not None:
             pf.close()
-            self._t = max(self._t, pf.read_to)   # chunks it read are not read again
+            # Chunks any rank's thread read are not read again; where the next read starts must
+            # not depend on how far this rank's own thread got (the ranks would part ways).
+            self._t = max(self._t, pf.bound)
 
     def set_epoch(self, e: int) -> None:   # as DistributedSampler's: what ``for b in reader`` reads
         self._epoch = e

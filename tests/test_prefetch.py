@@ -125,3 +125,34 @@ def test_prefetched_epochs_under_mpi(db):
     out = run_mpi("epoch_check.py", 3, db, "--prefetch", 1, "--topologies", "None:1,3:1",
                   "--variants", "lmdb,lmdbio-lmm,lmdbio-lmm-dm")
     assert "0 failures" in out.stdout
+
+
+def test_where_reading_goes_on_is_the_same_however_far_each_thread_got():
+    """After a prefetching epoch ends early, every rank resumes at the same batch (CI once hung
+    120 s: rank 0's thread had read further than rank 1's, so their next epochs began apart)."""
+    import threading
+    import time as _time
+
+    from lmdbio.pipeline.prefetch import Prefetch
+
+    gate = threading.Event()
+
+    def slow(t):   # this rank's storage is slow past batch 0
+        if t >= 1:
+            gate.wait(10)
+        return t
+
+    ends = {}
+    for name, read in (("fast", lambda t: t), ("slow", slow)):
+        pf = Prefetch(read, 0, 100, 2, 0)
+        assert pf.next() == 0
+        deadline = _time.monotonic() + 5
+        while name == "fast" and pf.read_to < 4 and _time.monotonic() < deadline:
+            _time.sleep(0.01)
+        ends[name] = (pf.read_to, pf.bound)
+        if name == "slow":
+            gate.set()   # let its read in flight end, so close() can join the thread
+        pf.close()
+    # The fast thread filled its queue (2) and read one more; the slow one read only batch 0.
+    assert ends["fast"] == (4, 4) and ends["slow"][0] == 1
+    assert ends["slow"][1] == ends["fast"][1] == 4

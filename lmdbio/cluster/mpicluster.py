@@ -387,11 +387,16 @@ class MPICluster:
         for m in ar.msg_ids:
             if m in checked or m in self.client.outstanding:
                 continue
-            checked.add(m)
             try:
                 self.client.get_result(m).get(0)
+            except KeyError:
+                # Left ``outstanding`` a moment ago, its reply not stored yet (ipyparallel's
+                # thread does the two apart): look again on the next round.
+                continue
             except IPythonError as exc:  # the remote error, re-raised here
+                checked.add(m)
                 return f"{type(exc).__name__}: {exc}"
+            checked.add(m)
         return ""
 
 

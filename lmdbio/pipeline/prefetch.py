@@ -48,6 +48,7 @@ class Prefetch:
         self.rank = rank
         self.next_t = start          # the first batch not yet handed out
         self.read_to = start         # the first batch the thread has not read
+        self.depth, self.stop = depth, stop
         self._q: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(read, start, stop),
@@ -91,6 +92,13 @@ class Prefetch:
             raise LmdbioError(f"rank {self.rank}: the background read of batch {t} failed: "
                               f"{type(exc).__name__}: {exc}") from exc
         return batch
+
+    @property
+    def bound(self) -> int:
+        """The first batch this thread can not have read: ``depth`` queued and one in flight
+        past those handed out. The same on every rank that took the same batches, however far
+        each rank's thread got, so the ranks agree where reading goes on without a message."""
+        return min(self.stop, self.next_t + self.depth + 1)
 
     def close(self) -> None:
         """Stop reading ahead; waits for a read in flight (one chunk) to end. Idempotent."""
