@@ -268,7 +268,7 @@ def sweep(cluster: "MPICluster", points: list[dict], *, progress: bool = True) -
 def reader_timeline(comm, dataset, variant: str, batch_size: int, iters: int, *, cache: str = "cold",
                     warmup: int = 1, ranks_per_node: int | None = None, readers_per_node: int = 1,
                     coalesce_bytes: int | None = None, stagger_size: int | None = None,
-                    storage=None) -> list[dict]:
+                    storage=None, repeat: int = 0) -> list[dict]:
     """Per-batch, per-phase Reader rows of ``iters`` timed batches, gathered on rank 0.
 
     Unlike :func:`lmdbio.bench.run_point` (which sums phases over batches),
@@ -276,7 +276,7 @@ def reader_timeline(comm, dataset, variant: str, batch_size: int, iters: int, *,
     for read timelines (STAG) and request-size sweeps (COAL's
     ``coalesce_bytes``). Cold cache: node rank 0 evicts the file after the
     warmup batches. Every row carries ``variant``, ``nprocs``,
-    ``coalesce_bytes``, ``stagger_size``, the timed ``wall_s_total``,
+    ``coalesce_bytes``, ``stagger_size``, ``repeat``, the timed ``wall_s_total``,
     ``records`` and ``record_bytes`` (over all ranks) and ``resident_fraction``.
     ``storage`` (a :class:`lmdbio.bench.storage.Storage`, as
     :func:`emulated_pfs` sets it) reads through an emulated PFS's node views,
@@ -317,7 +317,7 @@ def reader_timeline(comm, dataset, variant: str, batch_size: int, iters: int, *,
     records = comm.allreduce(records)
     nbytes = comm.allreduce(nbytes)
     resident = comm.allreduce(0.0 if resident != resident else resident, op=MPI.MAX)
-    point = {"variant": variant, "nprocs": comm.Get_size(), "cache": cache,
+    point = {"variant": variant, "nprocs": comm.Get_size(), "cache": cache, "repeat": repeat,
              "batch_size": batch_size, "iters": iters,
              "coalesce_bytes": opts.coalesce_bytes, "stagger_size": opts.stagger_size,
              "ranks_per_node": ranks_per_node or 0, "readers_per_node": readers_per_node,

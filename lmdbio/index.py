@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from . import format as fmt
+from . import verified
 from .errors import LmdbFormatError, SnapshotError
 
 __all__ = ["RecordIndex", "Snapshot", "build_index", "check_tree", "open_snapshot"]
@@ -235,6 +236,9 @@ def check_tree(path, *, retries: int = 20) -> fmt.MetaInfo:
     node. The walk reads the branch and leaf pages only (for a 60,000-record
     cifar10 file, a few hundred pages), bounded by the meta's page counts.
 
+    A pass is remembered per file version (:mod:`lmdbio.verified`): a later
+    open of the same, unchanged file skips the walk.
+
     Without a read transaction a live writer may recycle pages under the
     walk, so a failure is believed only when the meta's txnid did not change
     meanwhile; otherwise the walk is retried on the new version.
@@ -248,8 +252,11 @@ def check_tree(path, *, retries: int = 20) -> fmt.MetaInfo:
     try:
         for _ in range(retries + 1):
             meta = fmt.read_meta(fd, name=str(f))
+            if verified.seen("tree", fd, meta):
+                return meta   # this file version passed the walk before (lmdbio.verified)
             try:
                 _walk(fd, meta)
+                verified.record("tree", fd, meta)
                 return meta
             except LmdbFormatError as exc:
                 # Pages of the tree a meta names are only rewritten after two more commits.

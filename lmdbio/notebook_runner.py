@@ -184,8 +184,9 @@ def _execute(paths: list[Path], out: Path, params: dict, scale: str, run: bool, 
     for nb in paths:
         t0 = time.monotonic()
         print(f"[notebooks] {nb.name} (scale={scale}, RUN={run}) ...", flush=True)
+        mine = {k: v for k, v in params.items() if k != "model_ready" or nb.name.startswith("11_")}
         try:
-            pm.execute_notebook(str(nb), str(out / nb.name), parameters=params, kernel_name="python3",
+            pm.execute_notebook(str(nb), str(out / nb.name), parameters=mine, kernel_name="python3",
                                 cwd=str(nb.parent), progress_bar=progress, execution_timeout=timeout)
         except Exception:
             done.append({"notebook": nb.name, "seconds": time.monotonic() - t0, "ok": False})
@@ -212,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="with --replot: notebooks replotted side by side")
     p.add_argument("--cluster", choices=["mpi", "slurm"], default=None,
                    help="where the engines run (default: $LMDBIO_CLUSTER or local mpi)")
+    p.add_argument("--model-ready", action="store_true",
+                   help="the model's calibration and prediction in the results root were just made "
+                        "(make reproduce's first step): notebook 11 shows them instead of redoing them")
     p.add_argument("--strip", action="store_true",
                    help="only strip outputs and run metadata from notebooks/*.ipynb (before committing)")
     p.add_argument("--check-stripped", action="store_true",
@@ -224,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         done = run_notebooks(args.scale, args.out, run=not args.replot, only=args.only,
                              results_root=args.results_root, figures_root=args.figures_root,
                              datasets_root=args.datasets_root, timeout=args.timeout,
-                             cluster=args.cluster, jobs=args.jobs)
+                             cluster=args.cluster, jobs=args.jobs,
+                             extra={"model_ready": True} if args.model_ready else None)
     except Exception as exc:
         print(f"[notebooks] stopped: {type(exc).__name__}: {str(exc)[:2000]}", file=sys.stderr)
         return 1

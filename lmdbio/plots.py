@@ -389,7 +389,10 @@ def coalescing(rows: pd.DataFrame, meta: dict | None = None):
 
 
 def timelines(rows: pd.DataFrame, meta: dict | None = None, phases=("read", "stagger_wait")):
-    """Per-reader intervals of each phase over time, one panel per variant (reader_timeline rows)."""
+    """Per-reader intervals of each phase over time, one panel per variant (reader_timeline rows;
+    of repeated points, the first repeat)."""
+    if "repeat" in rows:
+        rows = rows[rows["repeat"] == rows["repeat"].min()]
     d = rows[rows["phase"].isin(phases) & rows["is_reader"].astype(bool)]
     variants = [v for v in VARIANTS if v in set(d["variant"])]
     fig, axes = plt.subplots(len(variants), 1, figsize=(8.5, 1.4 + 1.5 * len(variants)), sharex=True,

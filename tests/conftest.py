@@ -5,11 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from lmdbio.cluster import mpiexec
+
+# Stamps of checks that passed (lmdbio.verified) go to a folder of this test session, for every
+# process the tests start too: a test never reads or writes the user's own cache.
+os.environ["LMDBIO_CACHE"] = tempfile.mkdtemp(prefix="lmdbio-test-cache-")
 
 ROOT = Path(__file__).resolve().parents[1]
 MPI_SCRIPTS = ROOT / "tests" / "mpi"

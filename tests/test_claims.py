@@ -240,10 +240,11 @@ def test_c5_whole_run_can_fail(tmp_path):
 
 # --- C6, C7: throughput from the timelines in rows.csv -------------------------------------------
 
-def timeline(variant, nprocs, wall_total, *, coalesce=0, stagger=0, records=1000):
+def timeline(variant, nprocs, wall_total, *, coalesce=0, stagger=0, records=1000, repeat=None):
     """Two timeline rows (ranks 0 and 1) of one point: the claims read the point once."""
+    extra = {} if repeat is None else {"repeat": repeat}
     return [{"rank": k, "variant": variant, "nprocs": nprocs, "coalesce_bytes": coalesce,
-             "stagger_size": stagger, "wall_s_total": wall_total, "records": records}
+             "stagger_size": stagger, "wall_s_total": wall_total, "records": records, **extra}
             for k in (0, 1)]
 
 
@@ -267,6 +268,20 @@ def test_c7_stag_over_the_same_stack(tmp_path):
     put(tmp_path, "08_stag", "local", "rows.csv", rows)
     row = verdict(tmp_path, "C7")
     assert (row["measured"], row["verdict"]) == ("2.00 at P=8", "yes")
+
+
+def test_c7_repeats_give_the_spread_and_decide(tmp_path):
+    """Repeated timelines: the value is the ratio of medians, lo/hi the pairs' extremes, and a
+    spread that straddles the threshold is inconclusive (one run would have said yes)."""
+    rows = []
+    for r, (base, stag) in enumerate([(2.0, 1.0), (1.3, 1.2), (2.0, 1.25)]):
+        rows += timeline(COAL, 8, base, coalesce=4 * MIB, repeat=r)
+        rows += timeline(FULL, 8, stag, coalesce=4 * MIB, stagger=2, repeat=r)
+    put(tmp_path, "08_stag", "local", "rows.csv", rows)
+    row = verdict(tmp_path, "C7")
+    assert row["repeats"] == 3
+    assert row["measured"] == "1.67 at P=8 (repeats 1.08-2.00)"
+    assert row["verdict"] == "inconclusive"
 
 
 # --- missing results and the committed fallback --------------------------------------------------

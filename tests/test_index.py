@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from corrupt_helpers import lmdb_items, make_db
 from lmdbio import format as fmt
-from lmdbio.errors import SnapshotError
+from lmdbio.errors import LmdbFormatError, SnapshotError
 from lmdbio.index import build_index, open_snapshot
 
 FORMATS = ["0.9", "1.0"]
@@ -257,3 +257,48 @@ def test_check_tree_beside_a_writer(tmp_path, fmt_name):
         out, _ = writer.communicate(timeout=30)
     assert writer.returncode == 0
     assert len(seen) > 3, "the writer committed too little during the checks"
+
+
+def test_check_tree_walks_a_file_version_once(tmp_path, monkeypatch):
+    """A passed walk is stamped (lmdbio.verified): the same file version skips it, a changed
+    file (ctime moves) or a new commit is walked again, and LMDBIO_TRUST_CHECKS=0 always walks."""
+    import lmdbio.index as index
+    from lmdbio import verified
+
+    monkeypatch.setenv("LMDBIO_CACHE", str(tmp_path / "cache"))
+    path = make_db(tmp_path / "db", [(b"%06d" % i, rnd(i % 5000, i)) for i in range(300)])
+    walks = []
+    real = index._walk
+    monkeypatch.setattr(index, "_walk", lambda fd, meta: walks.append(meta.txnid) or real(fd, meta))
+    index.check_tree(path)
+    index.check_tree(path)
+    assert len(walks) == 1
+    assert len(list((tmp_path / "cache" / "verified").iterdir())) == 1
+    # Same bytes, new ctime: walked again.
+    os.utime(path / "data.mdb")
+    index.check_tree(path)
+    assert len(walks) == 2
+    # A garbled stamp is "not checked yet".
+    for f in (tmp_path / "cache" / "verified").iterdir():
+        f.write_text("{not json")
+    index.check_tree(path)
+    assert len(walks) == 3
+    monkeypatch.setenv(verified.TRUST_ENV, "0")
+    index.check_tree(path)
+    index.check_tree(path)
+    assert len(walks) == 5
+
+
+def test_a_file_damaged_after_its_walk_is_walked_again(tmp_path, monkeypatch):
+    """The stamp of a good version does not cover the same file damaged later: the damage is
+    an LmdbFormatError, not a crash in LMDB's C code."""
+    from lmdbio.index import check_tree
+
+    monkeypatch.setenv("LMDBIO_CACHE", str(tmp_path / "cache"))
+    path = make_db(tmp_path / "db", [(b"%06d" % i, rnd(i % 5000, i)) for i in range(300)])
+    meta = check_tree(path)
+    with open(path / "data.mdb", "r+b") as f:     # the root page's header: not a page any more
+        f.seek(meta.root * meta.psize)
+        f.write(b"\xff" * 16)
+    with pytest.raises(LmdbFormatError):
+        check_tree(path)

@@ -152,6 +152,14 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
 
     my_file = storage.rank_file(comm, dataset)
     leader = storage.is_cache_leader(comm)
+    if variant != RAW and variant not in PEERS:
+        # The tree walk a user pays once per file version (lmdbio.verified) is paid here,
+        # untimed, on each node's view, before the cache is prepared: no repeat measures it.
+        # Collective: a damaged file is the same error on every rank, never a wait.
+        from ..collective import collective
+        from ..index import check_tree
+
+        collective(comm, lambda: check_tree(my_file) if leader else None)
     # Longest coalescing any variant uses is a few dozen batches: prepare enough.
     positions = PEERS[variant].positions if variant in PEERS else batch_positions
     planned = positions(0, warmup + iters + 64, batch_size, n)
