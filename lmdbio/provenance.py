@@ -565,8 +565,8 @@ def verify_shares(comm, prov: Provenance, fd: int, meta: fmt.MetaInfo,
     (:mod:`lmdbio.provstamp`), the group skips the check. Otherwise they split
     its leaves, one share each (:meth:`Provenance.verify_share`), so the group
     checks all of it once; a rank with a sidecar of its own (another ``{node}``
-    copy) checks all of that one. When every share of a group passed and the
-    group read one file, a stamp is written, so the next open of that version
+    copy) checks all of that one. When every share of a group passed, a stamp
+    is written for each file the group read, so the next open of that version
     with that sidecar skips the check. Every rank reaches the same two
     exchanges before anything can raise. Raises StaleProvenanceError on the
     ranks whose share disagrees only: call it inside the Reader's
@@ -576,8 +576,9 @@ def verify_shares(comm, prov: Provenance, fd: int, meta: fmt.MetaInfo,
         row: setup counters to fill: ``prov_check_s`` (all of it, exchanges
             included), ``prov_check_pages``, ``prov_check_leaves``,
             ``prov_check_share`` (``"part/parts"``, or ``"stamp"`` when the
-            stamp stood in for the check) and ``prov_stamp`` (``"used"``,
-            ``"written"``, ``"not written"`` or ``"off"``).
+            stamp stood in for the check), ``prov_stamp`` (``"used"``,
+            ``"written"``, ``"not written"`` or ``"off"``) and
+            ``prov_stamp_used`` (1 or 0: the numeric form, which summed rows keep).
         trust: use and write stamps; default: unless ``LMDBIO_PROV_TRUST=0``.
         force: check even where a stamp exists (and stamp again).
     Returns:
@@ -605,16 +606,17 @@ def verify_shares(comm, prov: Provenance, fd: int, meta: fmt.MetaInfo,
         passed = [err is None] if single else comm.allgather(err is None)
         if err is not None:
             raise err
-        # A stamp vouches for one file: only a group whose shares all read it writes one,
-        # the first rank of the group on each host (a cache may be node-local).
-        one_file = all(got[r][1] == bound for r in same)
-        stamp = "written" if one_file and all(passed[r] for r in same) else "not written"
-        first_here = next(r for r in same if got[r][3] == mine[3])
-        if trust and stamp == "written" and me == first_here and write_stamp(bound) is None:
+        # Every file the group read passed as much as it does at an open without a stamp
+        # (node views or {node} copies split one check), so each gets a stamp: written by
+        # the first rank with that file on each host (a cache may be node-local).
+        stamp = "written" if all(passed[r] for r in same) else "not written"
+        first = next(r for r in same if got[r][1] == bound and got[r][3] == mine[3])
+        if trust and stamp == "written" and me == first and write_stamp(bound) is None:
             stamp = "not written"
         stamp = stamp if trust else "off"
     if row is not None:
         row.update(prov_check_s=time.perf_counter() - t0, prov_stamp=stamp,
+                   prov_stamp_used=int(check is None),
                    prov_check_pages=check.pages if check else 0,
                    prov_check_leaves=check.leaves if check else 0,
                    prov_check_share=f"{check.part}/{check.parts}" if check else "stamp")
