@@ -14,6 +14,7 @@ import os
 import shutil
 import stat
 
+import pandas as pd
 import pytest
 
 from conftest import run_mpi
@@ -182,3 +183,24 @@ def test_the_stamp_across_ranks(db, nprocs, rpn):
                 assert share == f"share={readers.index(rank)}/2", got
     # A reader that distrusts stamps makes the whole group check.
     assert "stamp=off" in lines["distrust"][readers[1]]
+
+
+# ------------------------------------------------------------------ benchmarks
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("trust", ["1", "0"])
+def test_a_bench_checks_ahead_and_reports_it(db, tmp_path, monkeypatch, trust):
+    """The bench measures PROV after its sidecar was checked once, untimed (prov_verify_s), and
+    says per point whether the readers used the stamp; LMDBIO_PROV_TRUST=0 is the old way."""
+    from lmdbio.bench import make_points, run_sweep
+
+    monkeypatch.setenv("LMDBIO_PROV_TRUST", trust)
+    points = make_points([db], ["lmdbio-lmm-dio-prov"], [2], ["warm"], batch_size=16, iters=2,
+                         ranks_per_node=1, baselines=False)
+    summary = run_sweep(points, tmp_path / "out", progress=False)
+    prov = summary[summary["variant"] == "lmdbio-lmm-dio-prov"].iloc[0]
+    assert prov["status"] == "ok", prov["error"]
+    assert prov["prov_verify_s"] > 0 and prov["prov_check_s"] >= 0
+    assert prov["prov_check"] == ("stamp" if trust == "1" else "full")
+    raw = summary[summary["variant"] == "raw"].iloc[0]
+    assert pd.isna(raw["prov_check"]) or raw["prov_check"] == ""   # reads no sidecar
