@@ -39,9 +39,21 @@ def _cmd_dump(args) -> int:
 
 
 def _cmd_index(args) -> int:
-    from .provenance import write_provenance
+    from .errors import ProvenanceError
+    from .provenance import load_provenance, sidecar_path, verify_provenance, write_provenance
 
-    print(write_provenance(args.path))
+    if not args.verify:
+        print(write_provenance(args.path))
+        return 0
+    try:
+        load_provenance(args.path)   # a current sidecar is checked as it is, not replaced
+        side = sidecar_path(args.path)
+    except ProvenanceError:
+        side = write_provenance(args.path)
+    print(side)
+    row = verify_provenance(args.path)
+    print(f"verified: {row['prov_check_leaves']} leaf pages, {row['prov_check_pages']} pages read "
+          f"in {row['prov_check_s']:.3f} s; stamp {row['prov_stamp']}")
     return 0
 
 
@@ -74,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("index", help="write or refresh the provenance sidecar used by PROV")
     p.add_argument("path", help="LMDB directory or data.mdb file")
+    p.add_argument("--verify", action="store_true",
+                   help="keep a current sidecar (else write one), check all of it against the "
+                        "file and stamp it in the cache, so readers skip that check later")
     p.set_defaults(func=_cmd_index)
 
     if importlib.util.find_spec("lmdbio.bench") is not None:

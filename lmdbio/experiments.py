@@ -258,9 +258,15 @@ def sweep(cluster: "MPICluster", points: list[dict], *, progress: bool = True) -
     """Run :func:`lmdbio.bench.run_point` for each point dict (which holds ``nprocs``) on the engines.
 
     Points with the same ``nprocs`` run in one call on one sub-communicator,
-    in the order given. Returns every point's rows (rank 0's gathered rows).
+    in the order given. The sidecars of PROV points are checked and stamped
+    once first, untimed, as a user's prepared dataset is (``lmdbio index
+    --verify``); their rows carry that cost as ``prov_verify_s``. Returns
+    every point's rows (rank 0's gathered rows).
     """
-    return _by_nprocs(cluster, _run_points, points, progress)
+    from .bench.storage import verify_provenance_ahead, with_prov_verify
+
+    ahead = verify_provenance_ahead(points)
+    return with_prov_verify(_by_nprocs(cluster, _run_points, points, progress), ahead)
 
 
 # --- engine-side experiments the bench does not cover -------------------------------------------

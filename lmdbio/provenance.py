@@ -12,7 +12,9 @@ What makes a sidecar trustworthy is :meth:`Provenance.verify_share`: the
 leaf pages and branch pages of the file itself must agree with every extent
 it gives. Ranks split that check (:func:`verify_shares`), each reading a
 share of the leaf pages; together they prove the sidecar equals the record
-index (:func:`lmdbio.index.build_index`).
+index (:func:`lmdbio.index.build_index`). A passed check is stamped in the
+user's cache (:mod:`lmdbio.provstamp`), so it is paid once per version of the
+file and sidecar, not at every open (:func:`verify_provenance` pays it ahead).
 
 Also here: :func:`arithmetic_offsets`, the paper's purely arithmetic model of
 where an append-order writer puts each value (reference: ``compute_data_offsets``
@@ -35,8 +37,8 @@ from . import format as fmt
 from .errors import LmdbFormatError, LmdbioError, ProvenanceError, StaleProvenanceError
 
 __all__ = ["SIDECAR_NAME", "sidecar_path", "Provenance", "ShareCheck", "encode_runs",
-           "write_provenance", "load_provenance", "verify_shares", "provenance_status",
-           "arithmetic_offsets", "model_parameters"]
+           "write_provenance", "load_provenance", "verify_shares", "verify_provenance",
+           "provenance_status",           "arithmetic_offsets", "model_parameters"]
 
 SIDECAR_NAME = "lmdbio-provenance.npz"
 _SCHEMA = 2
@@ -554,29 +556,91 @@ def _tree_leaves(fd: int, meta: fmt.MetaInfo) -> tuple[np.ndarray, int]:
 
 
 def verify_shares(comm, prov: Provenance, fd: int, meta: fmt.MetaInfo,
-                  row: dict | None = None) -> ShareCheck:
-    """Collective over ``comm``: its ranks split the full check of their sidecars.
+                  row: dict | None = None, *, trust: bool | None = None,
+                  force: bool = False) -> ShareCheck | None:
+    """Collective over ``comm``: its ranks split the full check of their sidecars, once.
 
-    Ranks whose sidecars have the same content (digest) split its leaves, one
-    share each (:meth:`Provenance.verify_share`), so the group checks all of
-    it once; a rank with a sidecar of its own (another ``{node}`` copy) checks
-    all of that one. Every rank reaches the one exchange before anything can
-    raise. Raises StaleProvenanceError on the ranks whose share disagrees only:
-    call it inside the Reader's ``collective`` so every rank learns of it.
+    Ranks whose sidecars have the same content (digest) form a group. If every
+    rank of a group finds a verified stamp of its sidecar, file and meta
+    (:mod:`lmdbio.provstamp`), the group skips the check. Otherwise they split
+    its leaves, one share each (:meth:`Provenance.verify_share`), so the group
+    checks all of it once; a rank with a sidecar of its own (another ``{node}``
+    copy) checks all of that one. When every share of a group passed, a stamp
+    is written for each file the group read, so the next open of that version
+    with that sidecar skips the check. Every rank reaches the same two
+    exchanges before anything can raise. Raises StaleProvenanceError on the
+    ranks whose share disagrees only: call it inside the Reader's
+    ``collective`` so every rank learns of it.
 
     Args:
-        row: setup counters to fill: ``prov_check_s``, ``prov_check_pages``,
-            ``prov_check_leaves`` and ``prov_check_share`` (``"part/parts"``).
+        row: setup counters to fill: ``prov_check_s`` (all of it, exchanges
+            included), ``prov_check_pages``, ``prov_check_leaves``,
+            ``prov_check_share`` (``"part/parts"``, or ``"stamp"`` when the
+            stamp stood in for the check), ``prov_stamp`` (``"used"``,
+            ``"written"``, ``"not written"`` or ``"off"``) and
+            ``prov_stamp_used`` (1 or 0: the numeric form, which summed rows keep).
+        trust: use and write stamps; default: unless ``LMDBIO_PROV_TRUST=0``.
+        force: check even where a stamp exists (and stamp again).
+    Returns:
+        This rank's :class:`ShareCheck`, or None when the stamp stood in for it.
     """
+    import socket
+
+    from .provstamp import binding, has_stamp, trust_stamps, write_stamp
+
+    t0 = time.perf_counter()
+    trust = trust_stamps() if trust is None else trust
     key = prov.digest or prov._digest(prov._arrays())
-    keys = [key] if comm is None or comm.size == 1 else comm.allgather(key)
+    bound = binding(key, fd, meta)
+    mine = (key, bound, trust and not force and has_stamp(bound), socket.gethostname())
+    single = comm is None or comm.size == 1
+    got = [mine] if single else comm.allgather(mine)
     me = 0 if comm is None else comm.rank
-    same = [r for r, k in enumerate(keys) if k == key]
-    check = prov.verify_share(fd, meta, part=same.index(me), parts=len(same))
+    same = [r for r, g in enumerate(got) if g[0] == key]
+    check, stamp = None, "off" if not trust else "used"
+    if not all(got[r][2] for r in same):
+        try:
+            check, err = prov.verify_share(fd, meta, part=same.index(me), parts=len(same)), None
+        except Exception as exc:   # joins the exchange below, so no rank is left waiting
+            err = exc
+        passed = [err is None] if single else comm.allgather(err is None)
+        if err is not None:
+            raise err
+        # Every file the group read passed as much as it does at an open without a stamp
+        # (node views or {node} copies split one check), so each gets a stamp: written by
+        # the first rank with that file on each host (a cache may be node-local).
+        stamp = "written" if all(passed[r] for r in same) else "not written"
+        first = next(r for r in same if got[r][1] == bound and got[r][3] == mine[3])
+        if trust and stamp == "written" and me == first and write_stamp(bound) is None:
+            stamp = "not written"
+        stamp = stamp if trust else "off"
     if row is not None:
-        row.update(prov_check_s=check.seconds, prov_check_pages=check.pages,
-                   prov_check_leaves=check.leaves, prov_check_share=f"{check.part}/{check.parts}")
+        row.update(prov_check_s=time.perf_counter() - t0, prov_stamp=stamp,
+                   prov_stamp_used=int(check is None),
+                   prov_check_pages=check.pages if check else 0,
+                   prov_check_leaves=check.leaves if check else 0,
+                   prov_check_share=f"{check.part}/{check.parts}" if check else "stamp")
     return check
+
+
+def verify_provenance(path, *, stamp: bool = True) -> dict:
+    """Check the whole sidecar of the LMDB at ``path`` against its file now, and stamp it.
+
+    What ``lmdbio index --verify`` runs, so that readers skip the check later
+    (see :func:`verify_shares`). Returns the counters :func:`verify_shares`
+    fills (``prov_check_s``, ``prov_check_leaves``, ``prov_stamp``, ...).
+    Raises StaleProvenanceError (forged, edited or stale sidecar) or
+    ProvenanceError (none, unreadable).
+    """
+    prov = load_provenance(path)
+    fd = os.open(prov.path, os.O_RDONLY)
+    try:
+        row: dict = {}
+        verify_shares(None, prov, fd, fmt.read_meta(fd, name=str(prov.path)), row, trust=stamp,
+                      force=True)
+        return row
+    finally:
+        os.close(fd)
 
 
 def provenance_status(path) -> str:

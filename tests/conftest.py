@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -17,6 +18,12 @@ from lmdbio.cluster import mpiexec
 os.environ["LMDBIO_CACHE"] = tempfile.mkdtemp(prefix="lmdbio-test-cache-")
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Tests never write the user's cache (PROV's verified stamps): from import on, module and
+# session fixtures too use a private one; each test gets its own (``_private_cache``).
+# The torch test keeps its own place (XDG_CACHE_HOME), so its wheel is reused.
+_SESSION_CACHE = tempfile.mkdtemp(prefix="lmdbio-test-cache-")
+os.environ["LMDBIO_CACHE"] = _SESSION_CACHE
 MPI_SCRIPTS = ROOT / "tests" / "mpi"
 
 #: Tests of other files that ``make test-fast`` leaves out (marked ``slow`` here): each took
@@ -126,6 +133,18 @@ def make_reused_pages_db(path: Path, n: int = 400, seed: int = 5) -> Path:
                     txn.put(k, bytes([rng.randrange(256)]) * rng.randrange(1, 30000))
     env.close()
     return path
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(monkeypatch, tmp_path_factory):
+    """Each test has an empty ``LMDBIO_CACHE`` of its own (MPI jobs inherit it)."""
+    monkeypatch.setenv("LMDBIO_CACHE", str(tmp_path_factory.mktemp("lmdbio-cache")))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache():
+    yield
+    shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

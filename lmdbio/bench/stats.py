@@ -22,11 +22,12 @@ SUMMARY_COLUMNS = (
     "wall_s", "records", "record_bytes", "cpu_s", "read_s", "compute_s", "comm_s", "wait_s", "au",
     "resident_fraction", "file_resident_fraction", "start_resident_fraction", "evict_ok",
     "pfs_requests", "pfs_bytes", "pfs_mean_request_bytes", "pfs_queue_wait_s",
+    "prov_check", "prov_check_s", "prov_verify_s",
     "variant_reason", "error",
 )
 # Reader phases that are waiting for someone else, not reading.
 _WAIT_PHASES = ("wait", "stagger_wait", "ring_wait")
-_TEXT = ("status", "error", "variant_used", "variant_reason", "storage")
+_TEXT = ("status", "error", "variant_used", "variant_reason", "storage", "prov_check")
 # What the point columns default to in results written before they existed.
 _DEFAULTS = {"storage": "local", "ranks_per_node": 0}
 
@@ -110,6 +111,7 @@ def summarize(points_df):
                     "pfs_requests", "pfs_bytes", "pfs_mean_request_bytes", "pfs_queue_wait_s"):
             row[col] = first.get(col, math.nan)
         row["evict_ok"] = first.get("evict_ok", True)
+        row.update(_prov_check(g), prov_verify_s=first.get("prov_verify_s", math.nan))
         row["variant_used"] = first.get("variant_used", row["variant"])
         reason = first.get("variant_reason", "")
         row["variant_reason"] = "" if isinstance(reason, float) else reason
@@ -123,6 +125,18 @@ def summarize(points_df):
                      (RAW, "fraction_of_limit")):
         summary[col] = ratio_of_medians(summary, ref).to_numpy()
     return summary[list(SUMMARY_COLUMNS)]
+
+
+def _prov_check(g) -> dict:
+    """PROV's sidecar check at setup: ``prov_check`` ``stamp`` (every reader skipped it), ``full``
+    (the readers checked it) or empty (no sidecar read), and ``prov_check_s`` (slowest rank)."""
+    if "prov_stamp_used" not in g:
+        return {"prov_check": "", "prov_check_s": math.nan}
+    used = g["prov_stamp_used"].dropna()
+    if not len(used):
+        return {"prov_check": "", "prov_check_s": math.nan}
+    return {"prov_check": "stamp" if (used > 0).all() else "full",
+            "prov_check_s": float(g["prov_check_s"].max())}
 
 
 def _match_keys(summary) -> list[str]:

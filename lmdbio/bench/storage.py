@@ -18,7 +18,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Storage", "parse_storage", "pfs_counters", "PFS_COLUMNS"]
+__all__ = ["Storage", "parse_storage", "pfs_counters", "PFS_COLUMNS", "reads_sidecar",
+           "verify_provenance_ahead", "with_prov_verify"]
 
 #: Storage-model counters added to points.csv and summary.csv on a PFS sweep.
 PFS_COLUMNS = ("pfs_requests", "pfs_bytes", "pfs_mean_request_bytes", "pfs_queue_wait_s")
@@ -182,3 +183,55 @@ def counter_delta(before: dict, after: dict) -> dict:
     req = out.get("pfs_requests", 0.0)
     out["pfs_mean_request_bytes"] = out.get("pfs_bytes", 0.0) / req if req else float("nan")
     return out
+
+
+def reads_sidecar(variant: str) -> bool:
+    """Whether ``variant`` locates records with the provenance sidecar (PROV, lmdbio-direct)."""
+    return "prov" in variant or variant == "lmdbio-direct"
+
+
+def verify_provenance_ahead(points) -> dict[str, dict]:
+    """PROV as a user runs it after preparing a dataset: each sidecar checked once, untimed.
+
+    For every dataset a sidecar-reading point reads, runs
+    :func:`lmdbio.provenance.verify_provenance` (the full check, then its
+    stamp) through every node view the points read, before any timed run:
+    on a PFS each view is a file of its own to ``fstat``, so each gets its
+    stamp. ``storage`` is a :class:`Storage` or the point's ``pfs_*`` keys.
+    Returns ``{dataset: {"prov_verify_s": seconds, all views, "prov_verify_views": n}}``;
+    a sidecar that fails is left to the points (they report it), with NaN seconds.
+    """
+    import math
+    import time
+
+    from ..errors import LmdbioError
+    from ..provenance import verify_provenance
+
+    views: dict[str, set] = {}
+    for p in points:
+        if not reads_sidecar(p["variant"]):
+            continue
+        st = p["storage"] if isinstance(p.get("storage"), Storage) else Storage.from_point(p)
+        nodes = math.ceil(p["nprocs"] / st.ranks_per_node) if st.is_pfs and st.ranks_per_node else 1
+        path = st.reader_path(p["dataset"])
+        views.setdefault(str(p["dataset"]), set()).update(path.replace("{node}", str(k))
+                                                          for k in range(nodes))
+    out = {}
+    for ds, paths in views.items():
+        t0 = time.perf_counter()
+        try:
+            for path in sorted(paths):
+                verify_provenance(path)
+            seconds = time.perf_counter() - t0
+        except LmdbioError:
+            seconds = math.nan
+        out[ds] = {"prov_verify_s": seconds, "prov_verify_views": len(paths)}
+    return out
+
+
+def with_prov_verify(rows: list[dict], ahead: dict[str, dict]) -> list[dict]:
+    """``rows`` of sidecar-reading variants with their dataset's one-time check cost added."""
+    for r in rows:
+        if reads_sidecar(str(r.get("variant", ""))) and str(r.get("dataset")) in ahead:
+            r.update(ahead[str(r["dataset"])])
+    return rows

@@ -18,7 +18,8 @@ from ..cluster import mpiexec
 from .limit import RAW
 from .point import variant_names
 from .stats import SUMMARY_COLUMNS, failed_row, summarize
-from .storage import counter_delta, parse_storage, pfs_counters
+from .storage import (counter_delta, parse_storage, pfs_counters, verify_provenance_ahead,
+                      with_prov_verify)
 
 __all__ = ["variant_names", "make_points", "run_point_subprocess", "run_sweep", "write_results",
            "read_summary", "BASELINES"]
@@ -169,7 +170,9 @@ def run_sweep(points: Sequence[dict], out_dir, *, repeats: int = 1, timeout: flo
     three files are rewritten after each point, so an interrupted sweep
     keeps what it measured. Points with ``storage="pfs:PROFILE"`` run on an
     emulated PFS mounted for the whole sweep (cold points are evicted on
-    every node view; the model's counters join the rows). Returns the
+    every node view; the model's counters join the rows). Sidecars that
+    PROV points read are checked and stamped once before any timed run
+    (:func:`~lmdbio.bench.storage.verify_provenance_ahead`). Returns the
     summary DataFrame.
     """
     from tqdm.auto import tqdm
@@ -189,6 +192,11 @@ def run_sweep(points: Sequence[dict], out_dir, *, repeats: int = 1, timeout: flo
             config["pfs"] = {"kind": st.get("kind", "pfs"), "profile": st.get("profile"),
                              "kernel": st.get("kernel"),
                              "nodes": st.get("nodes"), "mounts": sorted({m.mnt for m, _ in mounts.values()})}
+        # PROV as a user runs it once the dataset is prepared: its sidecar checked and stamped
+        # once, untimed (`lmdbio index --verify`); the cost is the rows' prov_verify_s.
+        ahead = verify_provenance_ahead(points)
+        if ahead:
+            config["prov_verify"] = ahead
         bar = tqdm(total=total, unit="pt", disable=not progress, dynamic_ncols=True)
         try:
             for rep in range(repeats):
@@ -218,7 +226,7 @@ def run_sweep(points: Sequence[dict], out_dir, *, repeats: int = 1, timeout: flo
                         bar.write(f"lmdbio bench: WARNING: eviction did not work for {pt['variant']} "
                                   f"P={pt['nprocs']}: {got[0].get('resident_fraction', float('nan')):.1%} "
                                   "of the timed data was still cached", file=sys.stderr)
-                    rows.extend(got)
+                    rows.extend(with_prov_verify(got, ahead))
                     write_results(out_dir, rows, config)
                     bar.update(1)
         finally:

@@ -1,8 +1,10 @@
 """PROV's locator: byte extents computed from the provenance sidecar, no traversal.
 
 The readers first check the whole sidecar against the file, a share each
-(:func:`~lmdbio.provenance.verify_shares`), before it is trusted; each chunk
-then re-checks its first and last record's leaf page (two preads).
+(:func:`~lmdbio.provenance.verify_shares`), before it is trusted, unless every
+one of them finds that check stamped for this sidecar, file and version
+(:mod:`lmdbio.provstamp`); each chunk then re-checks its first and last
+record's leaf page (two preads), stamp or not.
 ``lmdbio-direct`` uses :class:`ProvOrIndex`: the sidecar where every rank
 can load it for the agreed snapshot and its check passes, else DIO's index.
 """
@@ -70,7 +72,8 @@ class Prov(Table):
             if readers is None:
                 return
             # Anyone can recompute a sidecar's digest: the readers check all of it against
-            # the file, a share each, before it is trusted (StaleProvenanceError everywhere).
+            # the file, a share each, before it is trusted (StaleProvenanceError everywhere),
+            # once per sidecar and file version (a verified stamp stands in after that).
             verify_shares(readers, self.prov, self.fd, self.snapshot.meta, row)
             self.fill()
         collective(comm, check_and_fill)
