@@ -252,11 +252,13 @@ def check_tree(path, *, retries: int = 20) -> fmt.MetaInfo:
     try:
         for _ in range(retries + 1):
             meta = fmt.read_meta(fd, name=str(f))
-            if verified.seen("tree", fd, meta):
+            bound = verified.binding("tree", fd, meta)
+            if verified.trust_stamps() and verified.has_stamp(bound):
                 return meta   # this file version passed the walk before (lmdbio.verified)
             try:
                 _walk(fd, meta)
-                verified.record("tree", fd, meta)
+                if verified.trust_stamps():
+                    verified.write_stamp(bound)
                 return meta
             except LmdbFormatError as exc:
                 # Pages of the tree a meta names are only rewritten after two more commits.

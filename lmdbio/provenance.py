@@ -13,7 +13,7 @@ leaf pages and branch pages of the file itself must agree with every extent
 it gives. Ranks split that check (:func:`verify_shares`), each reading a
 share of the leaf pages; together they prove the sidecar equals the record
 index (:func:`lmdbio.index.build_index`). A passed check is stamped in the
-user's cache (:mod:`lmdbio.provstamp`), so it is paid once per version of the
+user's cache (:mod:`lmdbio.verified`), so it is paid once per version of the
 file and sidecar, not at every open (:func:`verify_provenance` pays it ahead).
 
 Also here: :func:`arithmetic_offsets`, the paper's purely arithmetic model of
@@ -562,7 +562,7 @@ def verify_shares(comm, prov: Provenance, fd: int, meta: fmt.MetaInfo,
 
     Ranks whose sidecars have the same content (digest) form a group. If every
     rank of a group finds a verified stamp of its sidecar, file and meta
-    (:mod:`lmdbio.provstamp`), the group skips the check. Otherwise they split
+    (:mod:`lmdbio.verified`), the group skips the check. Otherwise they split
     its leaves, one share each (:meth:`Provenance.verify_share`), so the group
     checks all of it once; a rank with a sidecar of its own (another ``{node}``
     copy) checks all of that one. When every share of a group passed, a stamp
@@ -579,19 +579,19 @@ def verify_shares(comm, prov: Provenance, fd: int, meta: fmt.MetaInfo,
             stamp stood in for the check), ``prov_stamp`` (``"used"``,
             ``"written"``, ``"not written"`` or ``"off"``) and
             ``prov_stamp_used`` (1 or 0: the numeric form, which summed rows keep).
-        trust: use and write stamps; default: unless ``LMDBIO_PROV_TRUST=0``.
+        trust: use and write stamps; default: unless ``LMDBIO_TRUST_CHECKS=0``.
         force: check even where a stamp exists (and stamp again).
     Returns:
         This rank's :class:`ShareCheck`, or None when the stamp stood in for it.
     """
     import socket
 
-    from .provstamp import binding, has_stamp, trust_stamps, write_stamp
+    from .verified import binding, has_stamp, trust_stamps, write_stamp
 
     t0 = time.perf_counter()
     trust = trust_stamps() if trust is None else trust
     key = prov.digest or prov._digest(prov._arrays())
-    bound = binding(key, fd, meta)
+    bound = binding("prov", fd, meta, key)
     mine = (key, bound, trust and not force and has_stamp(bound), socket.gethostname())
     single = comm is None or comm.size == 1
     got = [mine] if single else comm.allgather(mine)

@@ -1,100 +1,98 @@
-"""Checks that passed, remembered per file version, so a whole-file check is paid once.
+"""Verified stamps: a whole-file check paid once per file version, not at every open.
 
-Some checks read every branch and leaf page of a data.mdb (the tree check
-before LMDB's C code gets a file, :func:`lmdbio.index.check_tree`). On a slow
-file system that is the cost of a full index pass at every open, which
-Caffe's reader never pays. After such a check passes, a stamp is written to
-the user's cache; a later open of the *same file version* finds it and skips
-the walk.
+Two checks read every branch and leaf page of a data.mdb: the tree walk
+before LMDB's C code is handed a file (:func:`lmdbio.index.check_tree`, kind
+``"tree"``) and PROV's full sidecar check (:func:`lmdbio.provenance.verify_shares`,
+kind ``"prov"``). On a slow file system each costs about an index pass, which
+Caffe's reader never pays. After one passes, a stamp goes to the user's cache
+(``$LMDBIO_CACHE``, else ``~/.cache/lmdbio``) under ``{kind}-verified/``. It
+binds, and a later open skips the check only when all are the same:
 
-A stamp is a file named by a hash of:
+- what was checked: the kind, and for PROV the sidecar's content (its sha256
+  digest: an edited or forged sidecar has another one);
+- the data file, by ``fstat`` of the open descriptor: device, inode, size,
+  mtime and ctime in ns (no user can set ctime, so a rewritten, truncated or
+  touched file never matches);
+- the version read: the meta's txnid, last page, root page and page size.
 
-- what was checked (``kind``, and an ``extra`` string such as a sidecar's digest);
-- the file's identity from ``fstat`` of the open descriptor: device, inode,
-  size, mtime and ctime in nanoseconds. A user can set mtime but not ctime,
-  and every write, truncation, rename over or ``utime`` moves ctime, so an
-  edited or replaced file never matches;
-- the meta the check read: txnid, root, last page, page size and entries, so a
-  commit by a writer is a new version.
-
-The cache is ``$LMDBIO_CACHE/verified`` (default ``~/.cache/lmdbio/verified``),
-one small file per version, mode 0600 in a 0700 folder: only its owner can
-plant a stamp. ``LMDBIO_TRUST_CHECKS=0`` turns stamps off (every open checks).
-The cache is best effort: an unreadable, garbled or unwritable stamp means
-"not checked yet", never an error.
-
-What a stamp cannot see: a page changed in place without moving ctime (a
-damaged disk, or a write in the same clock tick as the file's creation).
+A stamp that is missing, unreadable or garbage is no stamp (the check runs).
+``LMDBIO_TRUST_CHECKS=0`` never uses one. The stamps are only as trustworthy as
+the cache folder: it is made private (0700, files 0600). What a stamp cannot
+see: a page changed in place without moving ctime (a failing disk).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
-import time
 from pathlib import Path
 
-__all__ = ["TRUST_ENV", "CACHE_ENV", "cache_dir", "enabled", "stamp_key", "seen", "record"]
+__all__ = ["TRUST_ENV", "cache_dir", "trust_stamps", "binding", "stamp_path", "has_stamp",
+           "write_stamp"]
 
-#: Set to ``0`` to check every time (no stamp is read or written).
+log = logging.getLogger("lmdbio")
+
+#: Set to ``0`` (or ``no``/``false``) to run every check at every open.
 TRUST_ENV = "LMDBIO_TRUST_CHECKS"
-#: Where lmdbio caches things; stamps go to its ``verified/`` folder.
-CACHE_ENV = "LMDBIO_CACHE"
+_SCHEMA = 1
 
 
 def cache_dir() -> Path:
-    """The folder stamps live in (not created here)."""
-    root = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "lmdbio")
-    return Path(root) / "verified"
+    """The user's lmdbio cache: ``$LMDBIO_CACHE`` if set, else ``~/.cache/lmdbio``."""
+    return Path(os.environ.get("LMDBIO_CACHE") or Path.home() / ".cache" / "lmdbio")
 
 
-def enabled() -> bool:
-    """Whether stamps are used (``LMDBIO_TRUST_CHECKS`` is not ``0``)."""
-    return os.environ.get(TRUST_ENV, "1").strip() != "0"
+def trust_stamps() -> bool:
+    """False when ``LMDBIO_TRUST_CHECKS`` is ``0``/``no``/``false``: every open checks."""
+    return os.environ.get(TRUST_ENV, "1").strip().lower() not in ("0", "no", "false")
 
 
-def stamp_key(kind: str, fd: int, meta, extra: str = "") -> str:
-    """The stamp name for check ``kind`` of the file open as ``fd`` at version ``meta``."""
+def binding(kind: str, fd: int, meta, digest: str = "") -> dict:
+    """What a stamp vouches for: the check, the open file's identity, the meta read."""
     st = os.fstat(fd)
-    parts = [kind, extra, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-             meta.txnid, meta.root, meta.last_pgno, meta.psize, meta.entries, meta.format_version]
-    return hashlib.sha256(repr(parts).encode()).hexdigest()
+    return {"schema": _SCHEMA, "kind": kind, "digest": digest,
+            "file": {"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size,
+                     "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns},
+            "meta": {"txnid": meta.txnid, "last_pgno": meta.last_pgno, "root": meta.root,
+                     "psize": meta.psize}}
 
 
-def seen(kind: str, fd: int, meta, extra: str = "") -> bool:
-    """Whether check ``kind`` passed before on exactly this file version."""
-    if not enabled():
-        return False
-    path = cache_dir() / stamp_key(kind, fd, meta, extra)
+def stamp_path(bound: dict) -> Path:
+    """Where the stamp of ``bound`` lives (named by a hash of it)."""
+    name = hashlib.sha256(json.dumps(bound, sort_keys=True).encode()).hexdigest()[:40]
+    return cache_dir() / f"{bound['kind']}-verified" / f"{name}.json"
+
+
+def has_stamp(bound: dict) -> bool:
+    """Whether a stamp of exactly ``bound`` exists; an unreadable or garbage one does not count."""
     try:
-        st = path.lstat()
-        if not path.is_file() or st.st_uid != os.getuid() or st.st_mode & 0o022:
-            return False
-        return json.loads(path.read_text()).get("kind") == kind
-    except (OSError, ValueError, AttributeError):
+        with open(stamp_path(bound), encoding="utf-8") as f:
+            return json.load(f) == bound
+    except (OSError, ValueError, UnicodeDecodeError):
         return False
 
 
-def record(kind: str, fd: int, meta, extra: str = "", **info) -> Path | None:
-    """Remember that check ``kind`` passed on this file version; the stamp's path, or None
-    when stamps are off or the cache cannot be written (best effort: never raises OSError)."""
-    if not enabled():
-        return None
-    folder = cache_dir()
-    path = folder / stamp_key(kind, fd, meta, extra)
-    body = {"kind": kind, "file": meta.path, "txnid": meta.txnid, "written": time.time(), **info}
-    tmp = folder / f".{path.name}.{os.getpid()}"
+def write_stamp(bound: dict) -> Path | None:
+    """Record that the check of ``bound`` passed (atomic, mode 0600).
+
+    A cache that cannot be written costs only the next open's check: logged, not raised.
+    """
+    path = stamp_path(bound)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd_out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd_out, "w") as f:
-            json.dump(body, f)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(bound, f, sort_keys=True)
         os.replace(tmp, path)
-        return path
-    except OSError:
+    except OSError as exc:
+        log.warning("lmdbio: could not record a passed %s check in %s (%s); the next open "
+                    "checks again", bound["kind"], path.parent, exc)
         try:
             tmp.unlink()
         except OSError:
             pass
         return None
+    return path

@@ -13,13 +13,9 @@ import pytest
 
 from lmdbio.cluster import mpiexec
 
-# Stamps of checks that passed (lmdbio.verified) go to a folder of this test session, for every
-# process the tests start too: a test never reads or writes the user's own cache.
-os.environ["LMDBIO_CACHE"] = tempfile.mkdtemp(prefix="lmdbio-test-cache-")
-
 ROOT = Path(__file__).resolve().parents[1]
 
-# Tests never write the user's cache (PROV's verified stamps): from import on, module and
+# Tests never write the user's cache (lmdbio.verified's stamps): from import on, module and
 # session fixtures too use a private one; each test gets its own (``_private_cache``).
 # The torch test keeps its own place (XDG_CACHE_HOME), so its wheel is reused.
 _SESSION_CACHE = tempfile.mkdtemp(prefix="lmdbio-test-cache-")

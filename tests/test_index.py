@@ -237,10 +237,12 @@ def test_check_tree_returns_the_current_meta(tmp_path):
 
 
 @pytest.mark.parametrize("fmt_name", FORMATS)
-def test_check_tree_beside_a_writer(tmp_path, fmt_name):
+def test_check_tree_beside_a_writer(tmp_path, fmt_name, monkeypatch):
     """A live writer recycles pages under an unlocked walk: check_tree retries, never calls
-    a healthy file damaged."""
+    a healthy file damaged. (Every call walks: no stamp stands in for a version seen before.)"""
     from lmdbio.index import check_tree
+
+    monkeypatch.setenv("LMDBIO_TRUST_CHECKS", "0")
 
     items = [(b"%05d" % i, b"%05d|%08d|" % (i, 0) + bytes([0]) * 3000) for i in range(400)]
     path = make_db(tmp_path / "db", items, fmt=fmt_name)
@@ -273,13 +275,13 @@ def test_check_tree_walks_a_file_version_once(tmp_path, monkeypatch):
     index.check_tree(path)
     index.check_tree(path)
     assert len(walks) == 1
-    assert len(list((tmp_path / "cache" / "verified").iterdir())) == 1
+    assert len(list((tmp_path / "cache" / "tree-verified").iterdir())) == 1
     # Same bytes, new ctime: walked again.
     os.utime(path / "data.mdb")
     index.check_tree(path)
     assert len(walks) == 2
     # A garbled stamp is "not checked yet".
-    for f in (tmp_path / "cache" / "verified").iterdir():
+    for f in (tmp_path / "cache" / "tree-verified").iterdir():
         f.write_text("{not json")
     index.check_tree(path)
     assert len(walks) == 3

@@ -23,7 +23,7 @@ from lmdbio.cli import main
 from lmdbio.datasets import make_dataset
 from lmdbio.errors import StaleProvenanceError
 from lmdbio.provenance import sidecar_path, write_provenance
-from lmdbio.provstamp import cache_dir
+from lmdbio.verified import cache_dir
 from test_provenance_forged import _swap, forge
 
 VARIANT = "lmdbio-lmm-dio-prov"
@@ -116,7 +116,7 @@ def test_a_garbage_stamp_is_no_stamp(db, content):
 
 def test_trust_off_always_checks(db, monkeypatch):
     setup_row(db)
-    monkeypatch.setenv("LMDBIO_PROV_TRUST", "0")
+    monkeypatch.setenv("LMDBIO_TRUST_CHECKS", "0")
     for _ in range(2):
         row = setup_row(db)
         assert _checked(row) and row["prov_stamp"] == "off"
@@ -191,10 +191,10 @@ def test_the_stamp_across_ranks(db, nprocs, rpn):
 @pytest.mark.parametrize("trust", ["1", "0"])
 def test_a_bench_checks_ahead_and_reports_it(db, tmp_path, monkeypatch, trust):
     """The bench measures PROV after its sidecar was checked once, untimed (prov_verify_s), and
-    says per point whether the readers used the stamp; LMDBIO_PROV_TRUST=0 is the old way."""
+    says per point whether the readers used the stamp; LMDBIO_TRUST_CHECKS=0 is the old way."""
     from lmdbio.bench import make_points, run_sweep
 
-    monkeypatch.setenv("LMDBIO_PROV_TRUST", trust)
+    monkeypatch.setenv("LMDBIO_TRUST_CHECKS", trust)
     points = make_points([db], ["lmdbio-lmm-dio-prov"], [2], ["warm"], batch_size=16, iters=2,
                          ranks_per_node=1, baselines=False)
     summary = run_sweep(points, tmp_path / "out", progress=False)

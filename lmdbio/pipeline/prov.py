@@ -3,7 +3,7 @@
 The readers first check the whole sidecar against the file, a share each
 (:func:`~lmdbio.provenance.verify_shares`), before it is trusted, unless every
 one of them finds that check stamped for this sidecar, file and version
-(:mod:`lmdbio.provstamp`); each chunk then re-checks its first and last
+(:mod:`lmdbio.verified`); each chunk then re-checks its first and last
 record's leaf page (two preads), stamp or not.
 ``lmdbio-direct`` uses :class:`ProvOrIndex`: the sidecar where every rank
 can load it for the agreed snapshot and its check passes, else DIO's index.

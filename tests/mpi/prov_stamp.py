@@ -11,7 +11,7 @@ Steps, in order:
 
 - ``first``: no stamp yet (full check, then written);
 - ``second``: the same sidecar and file (the stamp stands in);
-- ``distrust``: every rank but 0 sets ``LMDBIO_PROV_TRUST=0``;
+- ``distrust``: every rank but 0 sets ``LMDBIO_TRUST_CHECKS=0``;
 - ``forged``: rank 0 swaps two records' extents in the sidecar, digest recomputed;
 - ``honest``: rank 0 rewrites the honest sidecar (same digest as ``first``);
 - ``touched``: rank 0 touches data.mdb (new mtime and ctime);
@@ -32,7 +32,7 @@ import lmdbio
 from lmdbio.errors import LmdbioError
 from lmdbio.index import build_index
 from lmdbio.provenance import from_index, sidecar_path, write_provenance
-from lmdbio.provstamp import cache_dir
+from lmdbio.verified import cache_dir
 
 db, rpn_s, variant = sys.argv[1], sys.argv[2], sys.argv[3]
 rpn = None if rpn_s == "None" else int(rpn_s)
@@ -80,7 +80,7 @@ for step, change in STEPS:
         change()
     comm.Barrier()
     if step == "distrust" and comm.rank > 0:
-        os.environ["LMDBIO_PROV_TRUST"] = "0"
+        os.environ["LMDBIO_TRUST_CHECKS"] = "0"
     try:
         with lmdbio.Reader(db, B, comm, variant=variant, ranks_per_node=rpn) as r:
             wrong = 0
@@ -96,6 +96,6 @@ for step, change in STEPS:
                    f"wrong={wrong}")
     except LmdbioError as exc:
         got = f"{type(exc).__name__}: {exc}"
-    os.environ.pop("LMDBIO_PROV_TRUST", None)
+    os.environ.pop("LMDBIO_TRUST_CHECKS", None)
     for rank, g in enumerate(comm.gather(got, root=0) or []):
         print(f"{step} rank {rank}: {g}", flush=True)
