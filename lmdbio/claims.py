@@ -47,7 +47,7 @@ from .scales import COMMITTED_RESULTS, REPO
 
 __all__ = ["Claim", "CLAIMS", "claim", "SETTINGS", "SETTING_LABELS", "COLUMNS", "DETAILS", "VERDICTS",
            "FULL", "FACTOR_TOLERANCE", "NO_FACTOR", "MODEL_DIR", "REPEATS_DIR", "setting_dir", "resolve", "series",
-           "direction", "band_verdict", "magnitude", "read_repeats",
+           "direction", "band_verdict", "magnitude", "read_repeats", "compare_runs",
            "evaluate", "write", "render", "show", "readme_table", "update_readme", "rendered_blocks",
            "render_validation", "render_split", "render_claims_summary",
            "SPLIT", "split_table", "write_split", "TRAINING", "main"]
@@ -879,13 +879,39 @@ def write_split(results_root=COMMITTED_RESULTS, out: str | Path | None = None, *
     return df
 
 
+def compare_runs(first, second) -> pd.DataFrame:
+    """Two claims.csv files (two runs of ``make reproduce``) side by side, one row per claim and
+    measured setting: each run's verdict and measured value, and ``changed`` (the verdicts differ).
+    The model setting is left out (its inputs are the same in both runs unless calibration moved)."""
+    a, b = pd.read_csv(first), pd.read_csv(second)
+    keys = ["claim", "setting"]
+    both = a[keys + ["verdict", "measured"]].merge(b[keys + ["verdict", "measured"]], on=keys,
+                                                    how="outer", suffixes=("_first", "_second"))
+    both = both[both["setting"] != "model"].fillna({"verdict_first": "absent", "verdict_second": "absent"})
+    both["changed"] = both["verdict_first"] != both["verdict_second"]
+    return both.reset_index(drop=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lmdbio.claims",
                                 description="Judge the papers' claims C1-C8 from the results files.")
     p.add_argument("--results", default=str(COMMITTED_RESULTS), help="results root (default: data/results)")
     p.add_argument("--readme", default=str(README), help="README whose claims table to rewrite")
     p.add_argument("--no-readme", action="store_true", help="only write claims.csv and claims_split.csv")
+    p.add_argument("--compare", nargs=2, metavar=("FIRST", "SECOND"),
+                   help="only compare two claims.csv files (two runs) and print the verdicts that differ")
+    p.add_argument("--out", help="with --compare: also write the comparison to this CSV")
     args = p.parse_args(argv)
+    if args.compare:
+        cmp = compare_runs(*args.compare)
+        if args.out:
+            cmp.to_csv(args.out, index=False)
+        changed = cmp[cmp["changed"]]
+        print(f"{len(changed)} of {len(cmp)} measured verdicts differ between the two runs")
+        for r in changed.itertuples():
+            print(f"{r.claim:11s} {r.setting:9s} {r.verdict_first} ({r.measured_first}) -> "
+                  f"{r.verdict_second} ({r.measured_second})")
+        return 0
     df = write(args.results)
     split = write_split(args.results)
     if not args.no_readme:

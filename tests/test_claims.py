@@ -443,3 +443,25 @@ def test_no_typed_factor_outside_the_rendered_blocks(readme):
     rows = [line for line in section.splitlines() if line.startswith("| ")]
     bad = [line for line in rows if TYPED_RESULT.search(line)]
     assert not bad, f"{readme}: typed factors in table rows: {bad}"
+
+
+def test_compare_runs_names_the_verdicts_that_differ(tmp_path, capsys):
+    """Two runs' claims.csv: only measured settings are compared, a verdict present in one run
+    only counts as changed, and the command prints each change with both measured values."""
+    cols = ["claim", "setting", "verdict", "measured"]
+    first = pd.DataFrame([["C1", "local", "yes", "0.9 at P=8"], ["C2", "gpfs", "no", "1.1 at P=8"],
+                          ["C2", "model", "yes", "2"], ["C3", "local", "no", "0.1 at P=8"]], columns=cols)
+    second = pd.DataFrame([["C1", "local", "yes", "0.8 at P=8"], ["C2", "gpfs", "yes", "1.3 at P=8"],
+                           ["C2", "model", "no", "1"]], columns=cols)
+    first.to_csv(tmp_path / "a.csv", index=False)
+    second.to_csv(tmp_path / "b.csv", index=False)
+    cmp = claims.compare_runs(tmp_path / "a.csv", tmp_path / "b.csv")
+    assert set(cmp["setting"]) == {"local", "gpfs"}
+    assert cmp.set_index(["claim", "setting"])["changed"].to_dict() == {
+        ("C1", "local"): False, ("C2", "gpfs"): True, ("C3", "local"): True}
+    assert claims.main(["--compare", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"),
+                        "--out", str(tmp_path / "cmp.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "2 of 3 measured verdicts differ" in out
+    assert "C2          gpfs      no (1.1 at P=8) -> yes (1.3 at P=8)" in out
+    assert len(pd.read_csv(tmp_path / "cmp.csv")) == 3
