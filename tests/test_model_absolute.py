@@ -8,10 +8,10 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from lmdbio.model.absolute import DEFAULT_OUT, Bound, absolute_table, bounds, verdict
+from lmdbio.model.absolute import DEFAULT_OUT, Bound, absolute_table, bounds, joint_platform, verdict
 from lmdbio.model.calibrate import load_calibration
 from lmdbio.model.platform import load_platform
-from lmdbio.model.predict import predict_point
+from lmdbio.model.predict import predict_point, storage_profile
 from test_model import fake_calibration
 
 WL = "cifar10-large-alexnet"
@@ -62,8 +62,24 @@ def test_the_table_is_the_models_prediction_with_its_band_and_three_bounds():
         b = Bound(r.bound, r.bound_kind, r.bound_s, r.bound_source)
         assert r.verdict == verdict(b, r.predicted_s, r.low_s, r.high_s)
         assert 0 < r.dominant_share <= 1
+        # The joint low end is the model at every time-lowering end at once.
+        ends = [tuple(x.split("=")) for x in r.joint_low_estimates.split()]
+        jp = joint_platform(plat, ends)
+        assert r.joint_low_s == pytest.approx(predict_point(jp, jp.workload(WL), r.variant, r.nprocs, cal,
+                                                            budget=500)["total_s"], rel=1e-12)
     # The band is wider than the central: the estimates move the time.
     assert (t["high_s"] > t["low_s"]).all()
+
+
+def test_joint_ends_apply_together_and_unknown_ones_fail():
+    plat = load_platform("bebop")
+    jp = joint_platform(plat, [("gpfs-2017.seek_s", "low"), ("gpfs-2017.targets", "high"),
+                               ("walk_reads_values", "high")])
+    prof = storage_profile(jp, fake_calibration(), "cold")
+    assert prof.seek_s == 0.0 and prof.targets == 24 and jp.walk_reads_values is True
+    assert storage_profile(plat, fake_calibration(), "cold").seek_s > 0
+    with pytest.raises(ValueError, match="no estimate"):
+        joint_platform(plat, [("gpfs-2017.nonsense", "low")])
 
 
 def test_the_committed_table_is_what_the_committed_calibration_predicts():
