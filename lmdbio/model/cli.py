@@ -1,4 +1,4 @@
-"""``lmdbio model calibrate | validate | predict | platforms``."""
+"""``lmdbio model calibrate | validate | predict | absolute | platforms``."""
 
 from __future__ import annotations
 
@@ -107,6 +107,20 @@ def _cmd_predict(args) -> int:
     return 0
 
 
+def _cmd_absolute(args) -> int:
+    from .absolute import absolute_table, write_absolute
+    from .calibrate import load_calibration
+
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    t = absolute_table(args.platform, _procs(args.procs), variants, args.workload,
+                       load_calibration(args.calibration), budget=args.budget)
+    out = write_absolute(t, args.out)
+    show = t[["variant", "nprocs", "predicted_s", "low_s", "high_s", "bound", "bound_s", "verdict"]]
+    print(show.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    print(out)
+    return 0
+
+
 def _cmd_platforms(args) -> int:
     from .platform import PLATFORM_DIR, list_platforms
 
@@ -155,6 +169,18 @@ def add_model_parser(subparsers) -> argparse.ArgumentParser:
                    help="process counts at which every estimate is also run at both ends of its range "
                         "(low/high columns, sensitivity.csv); default: the largest of --procs; 'none': skip")
     r.set_defaults(func=_cmd_predict)
+
+    a = sub.add_parser("absolute", help="predicted total times and their bands against bounds "
+                       "that do not come from the papers' speedups (walltime, bandwidth, compute)")
+    a.add_argument("--platform", default="bebop", help="a name in lmdbio/platforms/ or a TOML file")
+    a.add_argument("--procs", default="1,36,288,9216", help="process counts (default %(default)s)")
+    a.add_argument("--variants", default="all", help="'all' or comma-separated variant names")
+    a.add_argument("--workload", default="cifar10-large-alexnet")
+    a.add_argument("--calibration", default=str(DEFAULT_DIR))
+    a.add_argument("--out", default=str(REPO / "data" / "results" / "model_prediction" / "absolute.csv"))
+    a.add_argument("--budget", type=int, default=20000,
+                   help="storage-model pieces simulated per phase (default %(default)s)")
+    a.set_defaults(func=_cmd_absolute)
 
     ls = sub.add_parser("platforms", help="list the platform files")
     ls.set_defaults(func=_cmd_platforms)
