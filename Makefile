@@ -83,6 +83,7 @@ datasets: $(DATA)/cifar10/data.mdb $(DATA)/imagenet/data.mdb
 reproduce: venv datasets
 	$(LMDBIO) model calibrate --out data/results/model_calibration --quiet
 	$(LMDBIO) model predict --platform bebop --out data/results/model_prediction
+	$(LMDBIO) model absolute --platform bebop --out data/results/model_prediction/absolute.csv
 	$(BIN)/python -m lmdbio.notebook_runner --scale $(SCALE) --cluster $(CLUSTER) --model-ready --out build/notebooks
 	$(BIN)/python -m lmdbio.claims
 
