@@ -254,12 +254,11 @@ class _Layout:
     whole batch of it must hold (see :func:`_decode_uniform`).
 
     A record of the layout is ``size`` bytes: ``header`` (the shape and the data
-    length), the image, then the tail: the label tag, a one-byte label and the
-    suffix. ``tail & tail_mask`` must equal ``tail_expected`` (the label's
-    continuation bit is clear: a one-byte varint).
+    length), the image, then the tail: the label tag (0x28), a one-byte label
+    (below 0x80: no continuation bit) and the suffix, ``tail`` bytes in all.
     """
 
-    __slots__ = ("shape", "header", "size", "tail_at", "tail_mask", "tail_expected", "_by_n")
+    __slots__ = ("shape", "header", "size", "tail_at", "tail", "suffix", "_by_n")
 
     def __init__(self, buf: np.ndarray, off: int, tpl):
         header, data_len, shape, suffix = tpl
@@ -267,24 +266,27 @@ class _Layout:
         self.header = buf[off:off + header].tobytes()
         self.tail_at = header + data_len
         self.size = self.tail_at + 2 + len(suffix)
-        self.tail_mask = np.frombuffer(b"\xff\x80" + b"\xff" * len(suffix), np.uint8)
-        self.tail_expected = b"\x28\x00" + suffix
-        self._by_n: dict[int, tuple[bytes, bytes, bytes]] = {}
+        self.tail = 2 + len(suffix)
+        self.suffix = suffix
+        self._by_n: dict = {}
 
-    def expected(self, n: int) -> tuple[bytes, bytes, bytes]:
-        """The sizes, headers and masked tails of ``n`` records of this layout, as bytes."""
+    def expected(self, n: int) -> tuple[bytes, bytes, tuple[tuple[int, bytes], ...]]:
+        """What ``n`` records of this layout hold, as bytes: their sizes (int64), their
+        headers, and ``(j, bytes)`` for every tail byte j but the label's (its column of
+        the tails, read with a stride of ``tail``)."""
         got = self._by_n.get(n)
         if got is None:
             if len(self._by_n) >= 16:  # batch lengths seen: a few (the last batch is shorter)
                 self._by_n.clear()
-            got = self._by_n[n] = (np.full(n, self.size, np.int64).tobytes(),
-                                   self.header * n, self.tail_expected * n)
+            columns = ((0, b"\x28" * n), *((2 + j, bytes([v]) * n) for j, v in enumerate(self.suffix)))
+            got = self._by_n[n] = (np.full(n, self.size, np.int64).tobytes(), self.header * n,
+                                   columns)
         return got
 
     def decode(self, buf: np.ndarray, offsets: np.ndarray, sizes: bytes, out):
         """``(images, labels)`` if every record is of this layout, else None (nothing written)."""
         n = len(offsets)
-        want_sizes, heads, tails = self.expected(n)
+        want_sizes, heads, columns = self.expected(n)
         if sizes != want_sizes or len(buf) < self.size or \
                 (out is not None and out.shape[1:] != self.shape):
             return None
@@ -297,7 +299,9 @@ class _Layout:
             tail = records[offsets, self.tail_at:]
         except IndexError:
             return None
-        if (tail & self.tail_mask).tobytes() != tails:
+        tails = tail.tobytes()
+        if not tails[1::self.tail].isascii() or \
+                any(tails[j::self.tail] != want for j, want in columns):
             return None
         labels = tail[:, 1].astype(np.int64)
         images = records[offsets, len(self.header):self.tail_at].reshape(n, *self.shape)
@@ -321,7 +325,7 @@ def _decode_uniform(buf: np.ndarray, offsets: np.ndarray, sizes: np.ndarray,
     record differs (nothing written to ``out``).
     """
     global _LAYOUTS
-    if offsets.min() < 0:
+    if np.minimum.reduce(offsets) < 0:
         return None
     size_bytes = sizes.tobytes()
     layouts = _LAYOUTS
@@ -339,7 +343,7 @@ def _decode_uniform(buf: np.ndarray, offsets: np.ndarray, sizes: np.ndarray,
     if tpl is None or (shape is not None and tuple(shape) != tpl[2]):
         return None
     lay = _Layout(buf, o0, tpl)
-    if any((x.header, x.size, x.tail_expected) == (lay.header, lay.size, lay.tail_expected)
+    if any((x.header, x.size, x.suffix) == (lay.header, lay.size, lay.suffix)
            for x in layouts):
         return None  # tried above: some record differs
     _LAYOUTS = (lay, *layouts[:_MAX_LAYOUTS - 1])
