@@ -255,10 +255,10 @@ class _Layout:
 
     A record of the layout is ``size`` bytes: ``header`` (the shape and the data
     length), the image, then the tail: the label tag (0x28), a one-byte label
-    (below 0x80: no continuation bit) and the suffix, ``tail`` bytes in all.
+    (below 0x80: no continuation bit) and the suffix, ``tail_len`` bytes in all.
     """
 
-    __slots__ = ("shape", "header", "size", "tail_at", "tail", "suffix", "_by_n")
+    __slots__ = ("shape", "header", "size", "tail_at", "tail_len", "suffix", "_by_n")
 
     def __init__(self, buf: np.ndarray, off: int, tpl):
         header, data_len, shape, suffix = tpl
@@ -266,19 +266,20 @@ class _Layout:
         self.header = buf[off:off + header].tobytes()
         self.tail_at = header + data_len
         self.size = self.tail_at + 2 + len(suffix)
-        self.tail = 2 + len(suffix)
+        self.tail_len = 2 + len(suffix)
         self.suffix = suffix
         self._by_n: dict = {}
 
     def expected(self, n: int) -> tuple[bytes, bytes, tuple[tuple[int, bytes], ...]]:
         """What ``n`` records of this layout hold, as bytes: their sizes (int64), their
         headers, and ``(j, bytes)`` for every tail byte j but the label's (its column of
-        the tails, read with a stride of ``tail``)."""
+        the tails, read with a stride of ``tail_len``)."""
         got = self._by_n.get(n)
         if got is None:
             if len(self._by_n) >= 16:  # batch lengths seen: a few (the last batch is shorter)
                 self._by_n.clear()
-            columns = ((0, b"\x28" * n), *((2 + j, bytes([v]) * n) for j, v in enumerate(self.suffix)))
+            columns = ((0, b"\x28" * n),
+                       *((2 + j, bytes([v]) * n) for j, v in enumerate(self.suffix)))
             got = self._by_n[n] = (np.full(n, self.size, np.int64).tobytes(), self.header * n,
                                    columns)
         return got
@@ -300,8 +301,8 @@ class _Layout:
         except IndexError:
             return None
         tails = tail.tobytes()
-        if not tails[1::self.tail].isascii() or \
-                any(tails[j::self.tail] != want for j, want in columns):
+        if not tails[1::self.tail_len].isascii() or \
+                any(tails[j::self.tail_len] != want for j, want in columns):
             return None
         labels = tail[:, 1].astype(np.int64)
         images = records[offsets, len(self.header):self.tail_at].reshape(n, *self.shape)
