@@ -47,4 +47,4 @@ class Batch:
 
     def as_datum_array(self, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Decode the records as Caffe Datums: ``(n, c, h, w)`` uint8 images and labels."""
-        return datum.decode_many(self, out=out)
+        return datum.decode_records(self.buffer, self.offsets, self.sizes, out=out)

@@ -250,62 +250,105 @@ def _fast_labels(buf: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, tpl,
 
 
 class _Layout:
-    """A template's bytes and gather columns, kept across batches (see :func:`_layout`).
+    """One raw Datum layout, kept across batches: its bytes and, per batch length, the bytes a
+    whole batch of it must hold (see :func:`_decode_uniform`).
 
-    ``size`` is a record with a one-byte label; ``cols`` pick the header, the
-    label tag, the suffix and (last) the label of such a record, and
-    ``expected`` is what the first three must hold.
+    A record of the layout is ``size`` bytes: ``header`` (the shape and the data
+    length), the image, then the tail: the label tag (0x28), a one-byte label
+    (below 0x80: no continuation bit) and the suffix, ``tail_len`` bytes in all.
     """
 
-    __slots__ = ("tpl", "header", "size", "cols", "mask", "expected")
+    __slots__ = ("shape", "header", "size", "tail_at", "tail_len", "suffix", "_by_n")
 
     def __init__(self, buf: np.ndarray, off: int, tpl):
-        header, data_len, _, suffix = tpl
-        self.tpl = tpl
+        header, data_len, shape, suffix = tpl
+        self.shape = shape
         self.header = buf[off:off + header].tobytes()
-        self.size = header + data_len + 2 + len(suffix)
-        self.cols = np.array([*range(header), header + data_len,
-                              *range(self.size - len(suffix), self.size), header + data_len + 1])
-        # ``got & mask == expected`` in one pass: every byte as the template's, and the
-        # label's continuation bit clear (a one-byte varint).
-        self.mask = np.full(len(self.cols), 0xFF, np.uint8)
-        self.mask[-1] = 0x80
-        self.expected = np.frombuffer(self.header + b"\x28" + suffix + b"\x00", np.uint8)
+        self.tail_at = header + data_len
+        self.size = self.tail_at + 2 + len(suffix)
+        self.tail_len = 2 + len(suffix)
+        self.suffix = suffix
+        self._by_n: dict = {}
+
+    def expected(self, n: int) -> tuple[bytes, bytes, tuple[tuple[int, bytes], ...]]:
+        """What ``n`` records of this layout hold, as bytes: their sizes (int64), their
+        headers, and ``(j, bytes)`` for every tail byte j but the label's (its column of
+        the tails, read with a stride of ``tail_len``)."""
+        got = self._by_n.get(n)
+        if got is None:
+            if len(self._by_n) >= 16:  # batch lengths seen: a few (the last batch is shorter)
+                self._by_n.clear()
+            columns = ((0, b"\x28" * n),
+                       *((2 + j, bytes([v]) * n) for j, v in enumerate(self.suffix)))
+            got = self._by_n[n] = (np.full(n, self.size, np.int64).tobytes(), self.header * n,
+                                   columns)
+        return got
+
+    def decode(self, buf: np.ndarray, offsets: np.ndarray, sizes: bytes, out):
+        """``(images, labels)`` if every record is of this layout, else None (nothing written)."""
+        n = len(offsets)
+        want_sizes, heads, columns = self.expected(n)
+        if sizes != want_sizes or len(buf) < self.size or \
+                (out is not None and out.shape[1:] != self.shape):
+            return None
+        # Row o of ``records`` is the ``size`` bytes from offset o: one fancy index per part
+        # takes that part of every record (an offset past the end raises IndexError).
+        records = np.ndarray((len(buf) - self.size + 1, self.size), np.uint8, buf, 0, (1, 1))
+        try:
+            if records[offsets, :len(self.header)].tobytes() != heads:
+                return None
+            tail = records[offsets, self.tail_at:]
+        except IndexError:
+            return None
+        tails = tail.tobytes()
+        if not tails[1::self.tail_len].isascii() or \
+                any(tails[j::self.tail_len] != want for j, want in columns):
+            return None
+        labels = tail[:, 1].astype(np.int64)
+        images = records[offsets, len(self.header):self.tail_at].reshape(n, *self.shape)
+        if out is None:
+            return images, labels
+        out[...] = images
+        return out, labels
 
 
-# The last layout built: consecutive batches of one dataset share it, so a batch costs one
-# bytes comparison instead of a header parse. Replaced whole (atomic under threads).
-_LAST_LAYOUT: _Layout | None = None
+# Layouts of recent batches, the last used first: consecutive batches of one dataset share
+# one, so a batch costs a few byte comparisons instead of a header parse; a few are kept for
+# readers of different datasets in one process. Replaced whole (atomic under threads).
+_LAYOUTS: tuple[_Layout, ...] = ()
+_MAX_LAYOUTS = 4
 
 
-def _layout(buf: np.ndarray, off: int, size: int) -> _Layout | None:
-    """The layout of the record at ``off``: the cached one if its header bytes are the same."""
-    global _LAST_LAYOUT
-    lay = _LAST_LAYOUT
-    if lay is not None and size == lay.size and \
-            buf[off:off + len(lay.header)].tobytes() == lay.header:
-        return lay
-    tpl = _template(buf, off, size)
-    if tpl is None:
-        return None
-    lay = _LAST_LAYOUT = _Layout(buf, off, tpl)
-    return lay
-
-
-def _decode_uniform(buf: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, lay: _Layout,
-                    out: np.ndarray, labels: np.ndarray) -> bool:
-    """The common batch, whole or not at all: every record is ``lay.size`` bytes with ``lay``'s
-    header, label tag and suffix and a one-byte label. Fills ``out`` and ``labels`` and
-    returns True; False (nothing written) when any record differs.
+def _decode_uniform(buf: np.ndarray, offsets: np.ndarray, sizes: np.ndarray,
+                    shape: tuple[int, int, int] | None, out: np.ndarray | None):
+    """The common batch, whole or not at all: every record of one layout (one size, the same
+    header, label tag and suffix, a one-byte label). ``(images, labels)``, or None when any
+    record differs (nothing written to ``out``).
     """
-    if not (sizes == lay.size).all():
-        return False
-    got = buf[offsets[:, None] + lay.cols]
-    if not ((got & lay.mask) == lay.expected).all():
-        return False
-    labels[:] = got[:, -1]
-    _gather(buf, offsets + lay.tpl[0], None, out)
-    return True
+    global _LAYOUTS
+    if np.minimum.reduce(offsets) < 0:
+        return None
+    size_bytes = sizes.tobytes()
+    layouts = _LAYOUTS
+    for lay in layouts:
+        if shape is None or tuple(shape) == lay.shape:
+            got = lay.decode(buf, offsets, size_bytes, out)
+            if got is not None:
+                if lay is not layouts[0]:
+                    _LAYOUTS = (lay, *(x for x in layouts if x is not lay))
+                return got
+    o0, s0 = int(offsets[0]), int(sizes[0])
+    if o0 + s0 > len(buf):
+        return None
+    tpl = _template(buf, o0, s0)
+    if tpl is None or (shape is not None and tuple(shape) != tpl[2]):
+        return None
+    lay = _Layout(buf, o0, tpl)
+    if any((x.header, x.size, x.suffix) == (lay.header, lay.size, lay.suffix)
+           for x in layouts):
+        return None  # tried above: some record differs
+    _LAYOUTS = (lay, *layouts[:_MAX_LAYOUTS - 1])
+    return lay.decode(buf, offsets, size_bytes, out)
 
 
 def _gather(buf: np.ndarray, starts: np.ndarray, rows: np.ndarray | None, out: np.ndarray) -> None:
@@ -339,6 +382,13 @@ def _gather(buf: np.ndarray, starts: np.ndarray, rows: np.ndarray | None, out: n
         out[rows] = images
 
 
+def _int64s(a) -> np.ndarray:
+    """``a`` as a 1-D int64 array: itself when it is one."""
+    if isinstance(a, np.ndarray) and a.ndim == 1 and a.dtype == np.int64:
+        return a
+    return np.asarray(a, dtype=np.int64).reshape(-1)
+
+
 def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
                    shape: tuple[int, int, int] | None = None,
                    out: np.ndarray | None = None,
@@ -367,10 +417,15 @@ def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
     Returns:
         ``(images (n, c, h, w) uint8, labels int64)``.
     """
-    buf = buffer.reshape(-1).view(np.uint8) if isinstance(buffer, np.ndarray) \
-        else np.frombuffer(buffer, dtype=np.uint8)
-    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1)
-    sizes = np.asarray(sizes, dtype=np.int64).reshape(-1)
+    # A Batch's arrays are already 1-D uint8 and int64: take them as they are (a 16-record
+    # share costs a few microseconds, so each numpy call counts).
+    if not isinstance(buffer, np.ndarray):
+        buf = np.frombuffer(buffer, dtype=np.uint8)
+    elif buffer.ndim != 1 or buffer.dtype != np.uint8:
+        buf = buffer.reshape(-1).view(np.uint8)
+    else:
+        buf = buffer
+    offsets, sizes = _int64s(offsets), _int64s(sizes)
     n = len(offsets)
     if len(sizes) != n:
         raise ValueError(f"{n} offsets but {len(sizes)} sizes; give one size per record")
@@ -379,25 +434,24 @@ def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
     if out is not None and (out.ndim != 4 or out.shape[0] != n or out.dtype != np.uint8):
         raise ValueError(f"out is a {out.dtype} array of shape {out.shape}; it must be uint8 "
                          f"(n, c, h, w) with n = {n} records")
-    labels = np.empty(n, dtype=np.int64)
     if n == 0:
         c, h, w = shape or (0, 0, 0)
-        return (out if out is not None else np.empty((0, c, h, w), np.uint8)), labels
+        return (out if out is not None else np.empty((0, c, h, w), np.uint8)), \
+            np.empty(0, np.int64)
+    got = _decode_uniform(buf, offsets, sizes, shape, out)
+    if got is not None:
+        return got
+    labels = np.empty(n, dtype=np.int64)
     if min(offsets.min(), sizes.min()) < 0 or (offsets + sizes).max() > len(buf):
         raise ValueError(f"records lie outside the {len(buf)}-byte buffer; offsets and sizes "
                          "must describe records inside it")
-    lay = _layout(buf, int(offsets[0]), int(sizes[0]))
+    tpl = _template(buf, int(offsets[0]), int(sizes[0]))
     if out is None:
         if shape is None:
-            shape = lay.tpl[2] if lay is not None else \
+            shape = tpl[2] if tpl is not None else \
                 decode_image(decode(buf[offsets[0]:offsets[0] + sizes[0]])).shape
         out = np.empty((n, *shape), dtype=np.uint8)
-    if lay is not None and lay.tpl[2] == out.shape[1:] and \
-            _decode_uniform(buf, offsets, sizes, lay, out, labels):
-        return out, labels
-    # Not the common batch: the record-by-record checks, with the first record's own template
-    # (the cached one may carry another suffix).
-    tpl = _template(buf, int(offsets[0]), int(sizes[0]))
+    # Not the common batch: the record-by-record checks, with the first record's template.
     if tpl is None or tpl[2] != out.shape[1:]:
         ok = np.zeros(n, dtype=bool)  # protobuf's path names the first record of a wrong shape
     else:
