@@ -218,20 +218,23 @@ class Pipeline:
         return b
 
     def _fill(self, chunk: int, rec) -> None:
-        """Reader: locate and fetch one chunk's records into the distributor's buffer, publish them."""
+        """Reader: locate and fetch one chunk's records into the distributor's buffer, publish
+        them. With a window (a shuffled epoch), the fetch reads the windows the chunk needs
+        and are not in memory yet (none, one or two), in this chunk's one turn."""
         t = chunk * self.layout.k
-        offsets, sizes = self.window.fill(
-            chunk, self.locator, lambda located, alloc: self._fetch(located, alloc, t, rec),
-            lambda nbytes: self.distributor.reserve(chunk, nbytes), rec)
-        self.distributor.publish(chunk, offsets, sizes, rec, t)
-
-    def _fetch(self, located, alloc, t: int, rec):
-        """Fetch located records into ``alloc(nbytes)`` in the reader's turn (``read`` phase)."""
+        alloc = lambda nbytes: self.distributor.reserve(chunk, nbytes)   # noqa: E731
+        todo = self.window.locate(chunk, self.locator, alloc, rec)
+        fetched = []
         with self.stagger.turn(rec, t):
             with rec.phase("read", t, chain=True) as row:
-                offsets, sizes = self.fetcher.fetch(located, alloc, row)
-                self.locator.fetched(located, row)
-        return offsets, sizes
+                for located, into in todo:
+                    part: dict = {}
+                    fetched.append(self.fetcher.fetch(located, into, part))
+                    self.locator.fetched(located, part)
+                    for key, value in part.items():
+                        row[key] = row.get(key, 0) + value
+        offsets, sizes = self.window.serve(chunk, fetched, alloc, rec)
+        self.distributor.publish(chunk, offsets, sizes, rec, t)
 
     def describe(self) -> dict:
         return self.locator.describe()

@@ -39,12 +39,22 @@ __all__ = ["Window", "NoWindow"]
 
 class NoWindow:
     """Each chunk located and fetched on its own (file order, the endless stream, and locators
-    that do not plan extents)."""
+    that do not plan extents).
+
+    A chunk goes :meth:`locate` (what to read now: ``(located, alloc)`` pairs) -> the
+    pipeline fetches each pair in one turn of the reader (one ``read`` phase, STAG's turns
+    stay in step: every reader takes one turn per chunk) -> :meth:`serve`.
+    """
 
     name = ""
 
-    def fill(self, chunk: int, locator, read, alloc, rec):
-        return read(locator.locate(chunk, rec), alloc)
+    def locate(self, chunk: int, locator, alloc, rec) -> list[tuple]:
+        return [(locator.locate(chunk, rec), alloc)]
+
+    def serve(self, chunk: int, fetched: list[tuple], alloc, rec) -> tuple[np.ndarray, np.ndarray]:
+        """The chunk's records' ``(offsets, sizes)`` in ``alloc``'s buffer; ``fetched``: the
+        ``(offsets, sizes)`` of each pair :meth:`locate` returned."""
+        return fetched[0]
 
     def close(self) -> None:
         pass
@@ -77,24 +87,48 @@ class Window(NoWindow):
         self._used = used.ravel()
         self._held: dict[int, tuple] = {}            # window -> (positions, offsets, sizes, buffer)
         self._spare: list[np.ndarray] = []           # buffers of dropped windows, for reuse
+        self._loading: list[tuple] = []              # (window, positions, buffer) being read
 
-    def fill(self, chunk: int, locator, read, alloc, rec):
-        """Fill ``alloc(nbytes)`` with ``chunk``'s records (reading the windows they lie in
-        first, if not in memory); returns their ``(offsets, sizes)`` there.
-
-        ``read(located, alloc)``: the pipeline's fetch of located records (in the reader's
-        turn and ``read`` phase)."""
-        lay = self.layout
-        per = lay.k * lay.count
+    def _span(self, chunk: int) -> slice:
+        per = self.layout.k * self.layout.count
         lo = (chunk - self._first) * per
-        want, wins, used = self._all[lo:lo + per], self._win[lo:lo + per], self._used[lo:lo + per]
+        return slice(lo, lo + per)
+
+    def locate(self, chunk: int, locator, alloc, rec) -> list[tuple]:
+        """Drop the windows ``chunk`` does not need; locate those it needs and are not held:
+        each one's records this reader still needs from this chunk on."""
+        span = self._span(chunk)
+        wins, used = self._win[span], self._used[span]
         need = np.unique(wins[used]).tolist()
         for w in [w for w in self._held if w not in need]:
             self._spare.append(self._held.pop(w)[3])
+        rest = slice(span.start, None)
+        self._loading = []
+        out = []
         for w in need:
-            if w not in self._held:
-                self._load(w, lo, chunk * lay.k, locator, read, rec)
-        with rec.phase("gather", chunk * lay.k, chain=True):
+            if w in self._held:
+                continue
+            pos = np.unique(self._all[rest][(self._win[rest] == w) & self._used[rest]])
+            buf = [self._spare.pop() if self._spare else np.empty(0, dtype=np.uint8)]
+
+            def reserve(nbytes: int, buf=buf) -> np.ndarray:
+                if nbytes > len(buf[0]):
+                    buf[0] = np.empty(nbytes, dtype=np.uint8)
+                return buf[0]
+
+            self._loading.append((w, pos, buf))
+            out.append((locator.locate_positions(pos, chunk * self.layout.k, rec), reserve))
+        return out
+
+    def serve(self, chunk: int, fetched: list[tuple], alloc, rec) -> tuple[np.ndarray, np.ndarray]:
+        """Gather ``chunk``'s records from the windows held (those just read first)."""
+        for (w, pos, buf), (off, size) in zip(self._loading, fetched):
+            self._held[w] = (pos, off, size, buf[0])
+        self._loading = []
+        span = self._span(chunk)
+        want, wins, used = self._all[span], self._win[span], self._used[span]
+        with rec.phase("gather", chunk * self.layout.k, chain=True):
+            need = sorted(self._held)
             src = np.zeros(len(want), dtype=np.int64)
             sizes = np.zeros(len(want), dtype=np.int64)   # records not delivered: empty
             bufs = []
@@ -115,20 +149,7 @@ class Window(NoWindow):
                     dst[d:d + z] = bufs[b][s:s + z]
         return offsets, sizes
 
-    def _load(self, w: int, lo: int, t: int, locator, read, rec) -> None:
-        """Read window ``w``'s records this reader needs from its ``lo``-th position on."""
-        pos = np.unique(self._all[lo:][(self._win[lo:] == w) & self._used[lo:]])
-        located = locator.locate_positions(pos, t, rec)
-        buf = [self._spare.pop() if self._spare else np.empty(0, dtype=np.uint8)]
-
-        def reserve(nbytes: int) -> np.ndarray:
-            if nbytes > len(buf[0]):
-                buf[0] = np.empty(nbytes, dtype=np.uint8)
-            return buf[0]
-
-        off, size = read(located, reserve)
-        self._held[w] = (pos, off, size, buf[0])
-
     def close(self) -> None:
         self._held.clear()
         self._spare.clear()
+        self._loading = []
