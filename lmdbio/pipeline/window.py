@@ -19,12 +19,15 @@ first window. A chunk's records may therefore lie in two (rarely three)
 windows: those are kept in memory together, and a window left behind is
 dropped when a chunk no longer needs it.
 
-Memory per reader: at most two windows at once (three only where the last
-rows reach back to the first), each the extents of the reader's records in
-``W`` chunks of ``chunk`` records (``k * B`` by default), holes included:
-``2 * W * k * B`` records with one reader per node (cifar10's ~3.1 KB Datums,
-``B = 256``, ``k = 2``, ``W = 4``: ~13 MB), on top of the distributor's slots.
-The gather is one ``memcpy`` per record.
+Memory per reader: at most two windows at once (three only where a padded
+last batch reaches back to the first), each the extents of the reader's
+records in ``W`` chunks of ``chunk`` records (``k * B`` by default), holes
+included. A reader that reads part of each batch (several readers) still
+reads its window whole where its records lie less than 64 KiB apart (the
+extents' gap): ``W * k * B`` records' pages either way. cifar10 (a 3.1 KB
+Datum takes one 4 KiB overflow page), ``B = 256``, ``W = 4``: 8.4 MB per
+window at ``k = 2`` (17 MB at most), 34 MB at ``k = 8`` (67 MB at most), on
+top of the distributor's slots. The gather is one ``memcpy`` per record.
 """
 
 from __future__ import annotations
