@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["POLICIES", "DEFAULT_POLICY", "epoch_order", "num_batches", "global_batches",
+__all__ = ["POLICIES", "DEFAULT_POLICY", "epoch_order", "record_windows", "num_batches", "global_batches",
            "rank_batches", "mean_batch_distance", "adjacent_fraction", "position_correlation",
            "randomness_table", "format_table"]
 
@@ -57,12 +57,9 @@ def epoch_order(n: int, chunk: int, window: int, seed: int, epoch: int) -> np.nd
     Returns:
         ``order`` with ``order[i]`` the record read i-th in the epoch.
     """
-    n = _count("n", n, 1)
-    chunk = _count("chunk", chunk, 1)
+    rng, perm = _chunk_permutation(n, chunk, seed, epoch)
     window = _count("window", window, 1)
-    rng = np.random.default_rng([_count("seed", seed, 0), _count("epoch", epoch, 0)])
-    nchunks = -(-n // chunk)
-    perm = rng.permutation(nchunks)
+    n, chunk, nchunks = int(n), int(chunk), len(perm)
     starts = perm * chunk
     lens = np.minimum(chunk, n - starts)
     first = np.cumsum(lens) - lens                 # where each permuted chunk begins in the order
@@ -70,6 +67,25 @@ def epoch_order(n: int, chunk: int, window: int, seed: int, epoch: int) -> np.nd
     # Shuffle within windows: sort by (window, random key); windows are already in order.
     win = np.repeat(np.arange(nchunks) // window, lens)
     return order[np.lexsort((rng.random(n), win))]
+
+
+def _chunk_permutation(n: int, chunk: int, seed: int, epoch: int):
+    """The epoch's generator and its first draw: the permutation of the chunks."""
+    n = _count("n", n, 1)
+    chunk = _count("chunk", chunk, 1)
+    rng = np.random.default_rng([_count("seed", seed, 0), _count("epoch", epoch, 0)])
+    return rng, rng.permutation(-(-n // chunk))
+
+
+def record_windows(n: int, chunk: int, window: int, seed: int, epoch: int) -> np.ndarray:
+    """The window of :func:`epoch_order` (same arguments) each record is shuffled in: ``w[p]``
+    for record ``p`` (int64; windows numbered in epoch order). Its records are the ``window``
+    chunks that come ``w``-th in the permuted order."""
+    _, perm = _chunk_permutation(n, chunk, seed, epoch)
+    window = _count("window", window, 1)
+    rank = np.empty(len(perm), dtype=np.int64)
+    rank[perm] = np.arange(len(perm))
+    return rank[np.arange(int(n), dtype=np.int64) // int(chunk)] // window
 
 
 def num_batches(n: int, batch_size: int, policy: str = DEFAULT_POLICY) -> int:

@@ -16,6 +16,8 @@ Distributor               distribute.Private / PrivateSlots (per rank),
 Coalesce                  coalesce.Coalesce (COAL: batches per chunk)
 Stagger                   stagger.Stagger (STAG: readers take turns)
 Prefetch                  prefetch.Prefetch (a thread reads d batches ahead)
+Window                    window.Window (a shuffled epoch reads each window once, as
+                          large extents, and gathers its batches from memory)
 Epoch                     epoch.epoch_rows (the positions of an epoch's batches:
                           file order or shuffled; the last-batch policy)
 ========================  =====================================================
@@ -24,7 +26,8 @@ Between epochs the batches are the endless stream (batch t: positions
 ``(t*B + j) mod n``); :meth:`Pipeline.start_epoch` hands the layout an
 epoch's rows instead. Shuffled epochs need a locator that reads any position
 (``random_access``: index, provenance, key); the cursor walks (walk, ring)
-serve file-order epochs only.
+serve file-order epochs only. A shuffled epoch on a locator that plans
+extents (``windowed``) reads through :class:`~.window.Window`.
 
 :data:`VARIANT_STAGES` names the stages of every named variant. Adding a
 variant means adding a stage class or a row to the tables below.
@@ -37,6 +40,7 @@ from dataclasses import replace
 from ..batch import Batch
 from ..options import EXTRA_VARIANTS, VARIANTS, Options, parse_variant
 from ..plan import Layout, record_indices, slot_bytes
+from ..shuffle import record_windows
 from .coalesce import Coalesce
 from ..errors import ConfigurationError
 from .distribute import NodeGroup, Private, PrivateSlots
@@ -50,6 +54,7 @@ from .ring import Ring
 from .stage import Distributor, Extents, Fetcher, Locator, Views
 from .stagger import NoStagger, Stagger
 from .walk import Walk
+from .window import NoWindow, Window
 
 __all__ = ["Pipeline", "VARIANT_STAGES", "EpochPlan", "EpochRows", "epoch_rows", "shuffles",
            "stage_names", "LOCATORS", "FETCHERS", "DISTRIBUTORS",
@@ -121,6 +126,7 @@ class Pipeline:
             self.distributor.nslots += self.depth + 1   # see prefetch.py: batches alive at once
         self.coalesce = Coalesce(o.coalesce_bytes)
         self.stagger: Stagger | NoStagger = NoStagger()
+        self.window: Window | NoWindow = NoWindow()
         self.is_reader = self.distributor.is_reader
         self.layout: Layout | None = None
         self._stream: Layout | None = None   # the endless stream's layout, between epochs
@@ -168,12 +174,20 @@ class Pipeline:
             self._all_positions = True
         self.layout = self.locator.layout = lay
         self.epoch = rows
+        self.window.close()
+        if self.epochs.shuffle and self.locator.windowed and self.is_reader:
+            plan = self.epochs
+            windows = record_windows(base.n, plan.chunk or base.k * base.batch, plan.window,
+                                     plan.seed, epoch)
+            self.window = Window(lay, rows, self.per_rank, windows)
         return rows
 
     def end_epoch(self) -> None:
         """Back to the endless stream (its positions; the tables still cover them)."""
         self.layout = self.locator.layout = self._stream
         self.epoch = None
+        self.window.close()
+        self.window = NoWindow()
 
     def prefetch(self, start: int, stop: int, rec) -> Prefetch | None:
         """Read batches ``start .. stop-1`` ahead in a thread (None when the depth is 0)."""
@@ -204,14 +218,22 @@ class Pipeline:
         return b
 
     def _fill(self, chunk: int, rec) -> None:
-        """Reader: locate and fetch one chunk's records into the distributor's buffer, publish them."""
+        """Reader: locate and fetch one chunk's records into the distributor's buffer, publish
+        them. With a window (a shuffled epoch), the fetch reads the windows the chunk needs
+        and are not in memory yet (none, one or two), in this chunk's one turn."""
         t = chunk * self.layout.k
-        located = self.locator.locate(chunk, rec)
+        alloc = lambda nbytes: self.distributor.reserve(chunk, nbytes)   # noqa: E731
+        todo = self.window.locate(chunk, self.locator, alloc, rec)
+        fetched = []
         with self.stagger.turn(rec, t):
             with rec.phase("read", t, chain=True) as row:
-                offsets, sizes = self.fetcher.fetch(
-                    located, lambda nbytes: self.distributor.reserve(chunk, nbytes), row)
-                self.locator.fetched(located, row)
+                for located, into in todo:
+                    part: dict = {}
+                    fetched.append(self.fetcher.fetch(located, into, part))
+                    self.locator.fetched(located, part)
+                    for key, value in part.items():
+                        row[key] = row.get(key, 0) + value
+        offsets, sizes = self.window.serve(chunk, fetched, alloc, rec)
         self.distributor.publish(chunk, offsets, sizes, rec, t)
 
     def describe(self) -> dict:

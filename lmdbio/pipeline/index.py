@@ -13,7 +13,7 @@ import numpy as np
 from ..collective import collective
 from ..errors import LmdbioError, SnapshotError
 from ..index import open_snapshot
-from ..plan import plan_extents, positions_touched
+from ..plan import plan_extents, positions_touched, runs_of
 from .stage import Extents, Locator
 
 __all__ = ["Index", "Table", "scatter_index"]
@@ -54,6 +54,9 @@ class Table(Locator):
     """
 
     random_access = True
+    #: It locates any positions as planned extents (:meth:`locate_positions`): a shuffled
+    #: epoch reads whole windows (:mod:`lmdbio.pipeline.window`).
+    windowed = True
 
     def __init__(self):
         self.snapshot = None
@@ -83,16 +86,22 @@ class Table(Locator):
         """Before a chunk's extents are used (PROV ties them to the file's pages)."""
 
     def locate(self, chunk: int, rec) -> Extents:
-        t = chunk * self.layout.k
+        lay = self.layout
+        return self.locate_positions(lay.chunk_positions(chunk), chunk * lay.k, rec,
+                                     lay.runs(chunk))
+
+    def locate_positions(self, want: np.ndarray, t: int, rec,
+                         runs: list[tuple[int, int]] | None = None) -> Extents:
+        """Extents of the records at positions ``want`` (in that order), in the ``locate``
+        phase of batch ``t``; ``runs``: their runs of consecutive positions, if known."""
         with rec.phase("locate", t) as row:
-            self.check_chunk(self.layout.runs(chunk))
-            want = self.layout.chunk_positions(chunk)
+            self.check_chunk(runs if runs is not None else runs_of(want))
             pos = self._pos
             i = np.searchsorted(pos, want)
             ok = i < len(pos)
             if not ok.all() or not np.array_equal(pos[i], want):
                 raise LmdbioError(f"{self.path}: the table has no entries for some records of "
-                                  f"chunk {chunk} (internal error: please report)")
+                                  f"batch {t} on (internal error: please report)")
             offs, size = self._off[i], self._size[i]
             start, length, buf_off = plan_extents(offs, size)
             row["extents"] = len(start)

@@ -51,6 +51,9 @@ class Locator:
     #: It can locate any record positions (not only runs a cursor walks forward to):
     #: shuffled epochs need this.
     random_access = False
+    #: It locates any positions as planned extents (``locate_positions``): shuffled epochs
+    #: read whole windows (:mod:`lmdbio.pipeline.window`).
+    windowed = False
     #: LMDB's reader lock protects this locator's snapshot (None: nothing open).
     locked: bool | None = None
 

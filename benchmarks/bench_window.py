@@ -1,0 +1,124 @@
+"""Shuffled epochs with the window stage on and off, against file order and shuffled lmdb-get,
+on the emulated GPFS (cold, cifar10 60k, B = 256, 4 ranks per virtual node). Prints; never asserts.
+
+    PYTHONPATH=$PWD:$PWD/benchmarks python benchmarks/bench_window.py P[,P...] ITERS REPEATS OUT.csv [--from-start]
+
+"before" sets ``Table.windowed = False`` on the engines (the chunk-by-chunk path of HEAD before
+the window stage); "after" leaves it on. Series are interleaved per repeat. Without
+``--from-start`` each point is :func:`lmdbio.beyond.epoch_rate` (notebook 12's: epoch 1's first
+chunk is read untimed, which with the window stage also reads the first window untimed); with
+it the clock starts before epoch 1 starts, so every window read is timed (use ITERS a multiple
+of the window's batches).
+"""
+import sys
+import time
+from pathlib import Path
+
+from lmdbio import beyond
+
+
+def run(comm, points):
+    import lmdbio
+    from lmdbio.pipeline.index import Table
+    rows = []
+    for q in points:
+        q = dict(q)
+        Table.windowed = q.pop("window")
+        label = q.pop("label")
+        for r in beyond.epoch_rate(comm, **q):
+            rows.append({**r, "label": label, "lmdbio_file": lmdbio.__file__})
+    Table.windowed = True
+    return rows
+
+
+def epoch_from_start(comm, dataset, variant, batch_size, iters, *, shuffle, cache="cold",
+                     repeat=0, storage=None, coalesce_bytes=None, **_):
+    """Like beyond.epoch_rate, but the clock starts before epoch 1 starts: its first chunk (and,
+    with the window stage, its first window) is timed, as every later one is."""
+    import time
+    from mpi4py import MPI
+    from lmdbio.reader import Reader
+    from lmdbio.waiting import polite_barrier
+    from lmdbio.beyond import _first_batch, _prepare, _storage
+    storage = _storage(storage)
+    with Reader(storage.reader_path(dataset), batch_size, comm, variant, storage.ranks_per_node,
+                shuffle=shuffle, measure=False, coalesce_bytes=coalesce_bytes) as r:
+        _first_batch(r)
+        used, k = r.variant, r.coalesce
+        _prepare(comm, storage, dataset, cache)
+        polite_barrier(comm)
+        t0 = time.monotonic()
+        it = r.epoch(1)
+        records = 0
+        for _ in range(iters):
+            b = next(it, None)
+            if b is None:
+                break
+            records += len(b)
+        polite_barrier(comm)
+        wall = time.monotonic() - t0
+        it.close()
+    wall = comm.allreduce(wall, op=MPI.MAX)
+    records = comm.allreduce(records)
+    if comm.rank != 0:
+        return []
+    return [{"variant": variant, "variant_used": used, "coalesce": k, "shuffle": shuffle,
+             "nprocs": comm.size, "cache": cache, "storage": storage.spec, "batch_size": batch_size,
+             "iters": iters, "repeat": repeat, "records": records, "wall_s": wall,
+             "records_per_s": records / wall}]
+
+
+def run_from_start(comm, points):
+    import lmdbio
+    from lmdbio.pipeline.index import Table
+    rows = []
+    for q in points:
+        q = dict(q)
+        Table.windowed = q.pop("window")
+        label = q.pop("label")
+        for r in epoch_from_start(comm, **q):
+            rows.append({**r, "label": label, "lmdbio_file": lmdbio.__file__})
+    Table.windowed = True
+    return rows
+
+
+if __name__ == "__main__":
+    import pandas as pd
+
+    from lmdbio.cluster import MPICluster
+    from lmdbio.experiments import emulated_pfs
+
+    import bench_window   # the engines import the point functions from this module
+
+    point_fn = bench_window.run_from_start if "--from-start" in sys.argv else bench_window.run
+    DATASETS = Path("data/datasets").resolve()
+    SERIES = [("auto", False, True, "file order"), ("auto", True, False, "shuffled, before (no window)"),
+              ("auto", True, True, "shuffled, after (window)"), ("lmdb-get", True, True, "lmdb-get shuffled")]
+    P = [int(x) for x in sys.argv[1].split(",")]
+    ITERS = int(sys.argv[2])
+    REPEATS = int(sys.argv[3])
+    OUT = sys.argv[4]
+    points = [dict(nprocs=p, dataset=str(DATASETS / "cifar10"), variant=v, shuffle=s, window=w, label=lab,
+                   batch_size=256, iters=ITERS, cache="cold", repeat=r, ranks_per_node=4, coalesce_bytes=None)
+              for p in P for r in range(REPEATS) for v, s, w, lab in SERIES]
+    rows = []
+    with MPICluster(n=max(P)) as cluster:
+        with emulated_pfs(DATASETS, points, "gpfs-2017") as pts:
+            for p in P:
+                mine = [{k: v for k, v in q.items() if k != "nprocs"} for q in pts if q["nprocs"] == p]
+                t0 = time.monotonic()
+                rows += cluster.run_root(point_fn, p, mine)
+                print(f"P={p}: {len(mine)} points in {time.monotonic() - t0:.1f} s", flush=True)
+    df = pd.DataFrame(rows)
+    df.to_csv(OUT, index=False)
+    pd.set_option("display.width", 200)
+    print(df.groupby(["nprocs", "label", "variant_used", "coalesce"])["records_per_s"]
+          .agg(["median", "min", "max", "size"]).round(0).to_string())
+    for p, d in df.groupby("nprocs"):
+        piv = d.pivot_table(index="repeat", columns="label", values="records_per_s")
+        sa, sb = piv["shuffled, after (window)"], piv["shuffled, before (no window)"]
+        f, g = piv["file order"], piv["lmdb-get shuffled"]
+        for name, ratio in [("after/file", sa / f), ("before/file", sb / f), ("after/get", sa / g),
+                            ("before/get", sb / g), ("after/before", sa / sb)]:
+            print(f"P={p} {name}: median {ratio.median():.2f} [{ratio.min():.2f}-{ratio.max():.2f}] (per-repeat ratios)")
+    print("lmdbio on engines:", sorted(set(df["lmdbio_file"])))
