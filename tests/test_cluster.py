@@ -363,3 +363,39 @@ def test_engines_and_controller_end_when_the_client_is_killed(tmp_path):
     assert _gone(info["engines"] + [info["controller"]]) == []
     assert [f for f in info["shm"] if Path(f).exists()] == []
     assert _gone(dogs) == [], "a watchdog outlived what it watched"
+
+
+def test_finished_error_looks_again_at_a_reply_not_ready_yet():
+    """A task that just left ipyparallel's outstanding set may have no stored reply (KeyError)
+    or one not marked ready (get(0) raises TimeoutError) for a moment: neither is an error of
+    the task nor a crash of the check; it is looked at again. A remote error is reported once."""
+    from types import SimpleNamespace
+
+    from ipyparallel.error import RemoteError
+
+    from lmdbio.cluster.mpicluster import MPICluster
+
+    class Reply:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def get(self, timeout):
+            if self.exc is not None:
+                raise self.exc
+
+    replies = {"slow": Reply(TimeoutError("Result not ready.")), "ok": Reply(None),
+               "bad": Reply(RemoteError("ValueError", "boom", ""))}
+
+    def get_result(m):
+        if m == "unstored":
+            raise KeyError(m)
+        return replies[m]
+
+    me = SimpleNamespace(client=SimpleNamespace(outstanding={"running"}, get_result=get_result))
+    checked: set = set()
+    ar = SimpleNamespace(msg_ids=["running", "unstored", "slow", "ok"])
+    assert MPICluster._finished_error(me, ar, checked) == ""
+    assert checked == {"ok"}            # the other three are looked at again
+    ar.msg_ids.append("bad")
+    assert "boom" in MPICluster._finished_error(me, ar, checked)
+    assert "bad" in checked

@@ -389,9 +389,10 @@ class MPICluster:
                 continue
             try:
                 self.client.get_result(m).get(0)
-            except KeyError:
-                # Left ``outstanding`` a moment ago, its reply not stored yet (ipyparallel's
-                # thread does the two apart): look again on the next round.
+            except (KeyError, TimeoutError):
+                # Left ``outstanding`` a moment ago, its reply not stored (KeyError) or not
+                # marked ready (TimeoutError from get(0)) yet: ipyparallel's thread does these
+                # steps apart. Look again on the next round.
                 continue
             except IPythonError as exc:  # the remote error, re-raised here
                 checked.add(m)
