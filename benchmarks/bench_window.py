@@ -18,6 +18,8 @@ from lmdbio import beyond
 
 
 def run(comm, points):
+    """beyond.epoch_rate for each point, the window stage on or off per point (``window``);
+    ``from_start`` (a point key) times the epoch's first chunk and window too."""
     import lmdbio
     from lmdbio.pipeline.index import Table
     rows = []
@@ -31,57 +33,6 @@ def run(comm, points):
     return rows
 
 
-def epoch_from_start(comm, dataset, variant, batch_size, iters, *, shuffle, cache="cold",
-                     repeat=0, storage=None, coalesce_bytes=None, **_):
-    """Like beyond.epoch_rate, but the clock starts before epoch 1 starts: its first chunk (and,
-    with the window stage, its first window) is timed, as every later one is."""
-    import time
-    from mpi4py import MPI
-    from lmdbio.reader import Reader
-    from lmdbio.waiting import polite_barrier
-    from lmdbio.beyond import _first_batch, _prepare, _storage
-    storage = _storage(storage)
-    with Reader(storage.reader_path(dataset), batch_size, comm, variant, storage.ranks_per_node,
-                shuffle=shuffle, measure=False, coalesce_bytes=coalesce_bytes) as r:
-        _first_batch(r)
-        used, k = r.variant, r.coalesce
-        _prepare(comm, storage, dataset, cache)
-        polite_barrier(comm)
-        t0 = time.monotonic()
-        it = r.epoch(1)
-        records = 0
-        for _ in range(iters):
-            b = next(it, None)
-            if b is None:
-                break
-            records += len(b)
-        polite_barrier(comm)
-        wall = time.monotonic() - t0
-        it.close()
-    wall = comm.allreduce(wall, op=MPI.MAX)
-    records = comm.allreduce(records)
-    if comm.rank != 0:
-        return []
-    return [{"variant": variant, "variant_used": used, "coalesce": k, "shuffle": shuffle,
-             "nprocs": comm.size, "cache": cache, "storage": storage.spec, "batch_size": batch_size,
-             "iters": iters, "repeat": repeat, "records": records, "wall_s": wall,
-             "records_per_s": records / wall}]
-
-
-def run_from_start(comm, points):
-    import lmdbio
-    from lmdbio.pipeline.index import Table
-    rows = []
-    for q in points:
-        q = dict(q)
-        Table.windowed = q.pop("window")
-        label = q.pop("label")
-        for r in epoch_from_start(comm, **q):
-            rows.append({**r, "label": label, "lmdbio_file": lmdbio.__file__})
-    Table.windowed = True
-    return rows
-
-
 if __name__ == "__main__":
     import pandas as pd
 
@@ -90,7 +41,7 @@ if __name__ == "__main__":
 
     import bench_window   # the engines import the point functions from this module
 
-    point_fn = bench_window.run_from_start if "--from-start" in sys.argv else bench_window.run
+    FROM_START = "--from-start" in sys.argv
     DATASETS = Path("data/datasets").resolve()
     SERIES = [("auto", False, True, "file order"), ("auto", True, False, "shuffled, before (no window)"),
               ("auto", True, True, "shuffled, after (window)"), ("lmdb-get", True, True, "lmdb-get shuffled")]
@@ -99,7 +50,8 @@ if __name__ == "__main__":
     REPEATS = int(sys.argv[3])
     OUT = sys.argv[4]
     points = [dict(nprocs=p, dataset=str(DATASETS / "cifar10"), variant=v, shuffle=s, window=w, label=lab,
-                   batch_size=256, iters=ITERS, cache="cold", repeat=r, ranks_per_node=4, coalesce_bytes=None)
+                   batch_size=256, iters=ITERS, cache="cold", repeat=r, ranks_per_node=4, coalesce_bytes=None,
+                   from_start=FROM_START)
               for p in P for r in range(REPEATS) for v, s, w, lab in SERIES]
     rows = []
     with MPICluster(n=max(P)) as cluster:
@@ -107,7 +59,7 @@ if __name__ == "__main__":
             for p in P:
                 mine = [{k: v for k, v in q.items() if k != "nprocs"} for q in pts if q["nprocs"] == p]
                 t0 = time.monotonic()
-                rows += cluster.run_root(point_fn, p, mine)
+                rows += cluster.run_root(bench_window.run, p, mine)
                 print(f"P={p}: {len(mine)} points in {time.monotonic() - t0:.1f} s", flush=True)
     df = pd.DataFrame(rows)
     df.to_csv(OUT, index=False)

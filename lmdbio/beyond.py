@@ -130,7 +130,7 @@ def _first_batch(r) -> None:
 
 def epoch_rate(comm, dataset, variant: str, batch_size: int, iters: int, *, shuffle: bool,
                cache: str = "warm", repeat: int = 0, storage=None, coalesce_bytes: int | None = None,
-               **_) -> list[dict]:
+               from_start: bool = False, **_) -> list[dict]:
     """Records/s of ``iters`` batches of a (shuffled) epoch, past its start: one row on rank 0.
 
     One batch of epoch 0 is read untimed (it builds the locator's table of
@@ -139,7 +139,9 @@ def epoch_rate(comm, dataset, variant: str, batch_size: int, iters: int, *, shuf
     shuffled 60,000-record epoch), a per-epoch cost that would dominate a
     short window. Then the cache is made ``warm`` (the file read) or ``cold``
     (evicted on every node view) and the next ``iters`` batches are timed
-    between barriers (fewer where the epoch ends first).
+    between barriers (fewer where the epoch ends first). ``from_start``: the
+    clock starts before epoch 1 does, so its first chunk (and the window
+    stage's first window) is timed like every later one.
     """
     from mpi4py import MPI
 
@@ -151,12 +153,15 @@ def epoch_rate(comm, dataset, variant: str, batch_size: int, iters: int, *, shuf
                 shuffle=shuffle, measure=False, coalesce_bytes=coalesce_bytes) as r:
         _first_batch(r)
         used, k = r.variant, r.coalesce
-        it = r.epoch(1)
-        for _ in range(k):
-            next(it)
+        it = None
+        if not from_start:
+            it = r.epoch(1)
+            for _ in range(k):
+                next(it)
         _prepare(comm, storage, dataset, cache)
         polite_barrier(comm)
         t0 = time.monotonic()
+        it = it or r.epoch(1)
         records = 0
         for _ in range(iters):
             b = next(it, None)

@@ -177,12 +177,12 @@ def _dominant_measured(df: pd.DataFrame) -> str:
     return f"{cols[top]} {100 * med[top] / total:.0f}% of the loop"
 
 
-def _ratio_frame(df: pd.DataFrame, slow: str, fast: str, col: str) -> pd.DataFrame:
-    """fast/slow of ``col`` (higher is better) per P: ratio of medians, min and max over repeats."""
+def _paired_ratio(slow: pd.DataFrame, fast: pd.DataFrame, col: str) -> pd.DataFrame:
+    """fast/slow of ``col`` per P: ``value`` the ratio of the medians over repeats; ``lo``/``hi``
+    the smallest and largest ratio of repeat r against repeat r (they ran interleaved)."""
     keys = ["nprocs", "repeat"]
-    s = df[df["variant"] == slow].groupby(keys)[col].median()
-    f = df[df["variant"] == fast].groupby(keys)[col].median()
-    both = pd.concat({"s": s, "f": f}, axis=1).dropna()
+    both = pd.concat({"s": slow.groupby(keys)[col].median(),
+                      "f": fast.groupby(keys)[col].median()}, axis=1).dropna()
     if both.empty:
         return pd.DataFrame(columns=QCOLS)
     both["r"] = both["f"] / both["s"]
@@ -190,6 +190,14 @@ def _ratio_frame(df: pd.DataFrame, slow: str, fast: str, col: str) -> pd.DataFra
     out = pd.DataFrame({"value": g["f"].median() / g["s"].median(), "lo": g["r"].min(),
                         "hi": g["r"].max(), "repeats": g["r"].size()}).reset_index()
     out["decides"] = ""
+    return out
+
+
+def _ratio_frame(df: pd.DataFrame, slow: str, fast: str, col: str) -> pd.DataFrame:
+    """fast/slow of ``col`` (higher is better) per P: ratio of medians, min and max over repeats."""
+    out = _paired_ratio(df[df["variant"] == slow], df[df["variant"] == fast], col)
+    if out.empty:
+        return out
     out["context"] = [f"{SHORT.get(fast, fast)}: {_dominant_measured(df[(df.variant == fast) & (df.nprocs == p)])}; "
                       f"{SHORT.get(slow, slow)}: {_dominant_measured(df[(df.variant == slow) & (df.nprocs == p)])}"
                       for p in out["nprocs"]]
@@ -233,15 +241,9 @@ def _timeline_throughput(d: Path) -> pd.DataFrame | None:
 def _timeline_ratio(base: pd.DataFrame, fast: pd.DataFrame, slow_name: str, fast_name: str) -> pd.DataFrame:
     """fast/base per P: the ratio of the median records_per_s; lo and hi the smallest and largest
     ratio of one repeat's pair (repeat r of one against repeat r of the other, run interleaved)."""
-    per = pd.concat({"s": base.groupby(["nprocs", "repeat"])["records_per_s"].median(),
-                     "f": fast.groupby(["nprocs", "repeat"])["records_per_s"].median()}, axis=1).dropna()
-    if per.empty:
-        return pd.DataFrame(columns=QCOLS)
-    per["r"] = per["f"] / per["s"]
-    g = per.groupby("nprocs")
-    r = pd.DataFrame({"value": g["f"].median() / g["s"].median(), "lo": g["r"].min(),
-                      "hi": g["r"].max(), "repeats": g["r"].size()}).reset_index()
-    r["decides"] = ""
+    r = _paired_ratio(base, fast, "records_per_s")
+    if r.empty:
+        return r
     r["context"] = [f"{SHORT.get(fast_name, fast_name)}: {fast[fast.nprocs == p]['dominant'].iloc[0]}; "
                     f"{SHORT.get(slow_name, slow_name)}: {base[base.nprocs == p]['dominant'].iloc[0]}"
                     for p in r["nprocs"]]

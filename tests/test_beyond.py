@@ -87,3 +87,14 @@ def test_prefetch_target_is_one_minus_the_io_share_at_depth_two():
     t = beyond.verdicts(overlap_gpfs=pd.DataFrame(rows)).iloc[0]
     assert t["target"] == "prefetch" and t["verdict"] == "inconclusive"
     assert t["lo"] == pytest.approx(0.88) and t["hi"] == pytest.approx(0.95)
+
+
+def test_epoch_rate_from_start_times_the_whole_epoch(db):
+    """Past the start (default) the epoch's first chunk is read untimed; from_start times it
+    too, so a window longer than the epoch counts every record of the epoch once."""
+    past = beyond.epoch_rate(COMM, db, "lmdbio-direct", B, 10_000, shuffle=True, cache="warm",
+                             coalesce_bytes=1)[0]
+    whole = beyond.epoch_rate(COMM, db, "lmdbio-direct", B, 10_000, shuffle=True, cache="warm",
+                              coalesce_bytes=1, from_start=True)[0]
+    assert whole["records"] == N
+    assert past["records"] == N - past["coalesce"] * B
