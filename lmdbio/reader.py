@@ -3,7 +3,9 @@ collective protocol (arguments and ``auto``, topology, snapshot agreement, bound
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
 
 from mpi4py import MPI
@@ -175,8 +177,7 @@ class Reader:
             print(f"lmdbio: error: rank {self.rank}: {type(exc).__name__} while the Reader was being "
                   f"set up; rank(s) {self._missing} are inside a setup step that cannot time out: "
                   "aborting the job so no rank waits forever", file=sys.stderr, flush=True)
-            time.sleep(0.5)
-            self.comm.Abort(130 if isinstance(exc, KeyboardInterrupt) else 1)
+            _abort_job(self.comm, exc)
 
     def _open_agreed(self, tries: int = 20) -> None:
         """Open the database on the ranks that read it, all at one snapshot. Collective.
@@ -264,8 +265,7 @@ class Reader:
         if self._on_error == "abort" and self.nprocs > 1:
             print(f"lmdbio: error: rank {self.rank}: {type(exc).__name__}: {exc}; "
                   "aborting the job so no rank waits forever", file=sys.stderr, flush=True)
-            time.sleep(0.5)  # let the launcher forward the message before it tears the job down
-            self.comm.Abort(1)
+            _abort_job(self.comm, exc)
 
     # ------------------------------------------------------------- results
     def stats(self) -> list[dict]:
@@ -353,3 +353,17 @@ class Reader:
             # Alone: the others are stuck or gone; end the job so none waits for ever.
             self._fail(exc)
         # Every rank came (or on_error="raise"): the exception propagates.
+
+
+def _abort_job(comm, exc: BaseException) -> None:
+    """End the whole job: 130 (128 + SIGINT) for a Ctrl-C, as a shell reports it; 1 otherwise.
+
+    The half-second pause lets the launcher forward the message just printed
+    before it tears the job down. A second Ctrl-C during it (users press it
+    again) must not stop the abort halfway and leave the other ranks waiting,
+    so the main thread ignores SIGINT from here on.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    time.sleep(0.5)
+    comm.Abort(130 if isinstance(exc, KeyboardInterrupt) else 1)

@@ -179,4 +179,9 @@ def test_ctrl_c_during_construction_ends_every_rank(datasets, after):
                       env={**FAST, "INTERRUPT_AFTER": after}, timeout=60)
     # It ended (run_bounded fails on a hang), and not cleanly: the interrupt reached the job.
     assert out.returncode != 0, out.stdout
-    assert "KeyboardInterrupt" in out.stderr, out.stderr[-3000:]
+    # Every path that ends a job on Ctrl-C aborts with 130 (128 + SIGINT) and names the
+    # KeyboardInterrupt on stderr. Under load mpiexec can tear the job down before it has
+    # forwarded the ranks' stderr (CI once saw rc 130 with both streams empty), so either
+    # sign is taken as the interrupt's; an unrelated error exits 1 with neither.
+    assert out.returncode == 130 or "KeyboardInterrupt" in out.stderr, \
+        (out.returncode, out.stderr[-3000:])

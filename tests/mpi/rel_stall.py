@@ -58,9 +58,11 @@ elif mode == "interrupt":
             if not comm.allreduce(time.monotonic() - t0 < 6, op=MPI.LAND):
                 break
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # the timer's next SIGINTs: we are ending
         # What `python -m mpi4py` does for any uncaught exception: a Ctrl-C that lands in this
         # script's own collectives (not in a Reader) is the script's to end.
         print(f"rank {comm.rank}: KeyboardInterrupt after {n} Readers; aborting", file=sys.stderr,
               flush=True)
+        time.sleep(0.5)   # as the library does: let mpiexec forward the line before the abort
         comm.Abort(130)
     print(f"rank {comm.rank}: made {n} Readers, never interrupted", flush=True)
