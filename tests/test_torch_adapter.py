@@ -119,7 +119,9 @@ def torch_path() -> str | None:
             why = _index_unreachable()
             if why is not None:
                 pytest.skip(f"torch is not installed and pip cannot reach {TORCH_INDEX} ({why}); "
-                            "set LMDBIO_TORCH_FIND_LINKS to a directory holding the wheel")
+                            "set LMDBIO_TORCH_FIND_LINKS to a directory holding the wheel, or "
+                            "LMDBIO_TORCH_INDEX=https://pypi.org/simple for PyPI's CUDA build "
+                            "(5.4 GB installed)")
             pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
         done.write_text(" ".join(cmd) + "\n")
     return str(target)
