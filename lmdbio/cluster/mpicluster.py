@@ -23,6 +23,12 @@ __all__ = ["MPICluster", "EngineFailure", "run_on_engines"]
 
 _ENGINE_KINDS = ("mpi", "slurm")
 
+#: The controller pings engines every second (ipyparallel's default: 3 s). An engine counts as
+#: registered only after its first answered ping, so the period was most of a cluster's start:
+#: two engines, 2 cores, 3 repeats each: 7.3-9.4 s -> 3.5-6.2 s. 30 misses keep ipyparallel's
+#: 30 s before a silent engine is dropped (its heart answers from a thread of its own).
+HEARTBEAT_ARGS = ["--HeartMonitor.period=1000", "--HeartMonitor.max_heartmonitor_misses=30"]
+
 
 class EngineFailure(LmdbioError):
     """A function raised on one or more engines; the message holds the remote traceback."""
@@ -107,8 +113,9 @@ class MPICluster:
                                          "--IPEngine.enable_nanny=False"]
         cfg.EngineLauncher.environment = dict(ENGINE_ENV)
         # The controller ends with the client too (the watchdog), unless it is a job of its own.
-        cfg.ControllerLauncher.controller_cmd = watchdog.command(
-            "controller", None if self.controller == "slurm" else os.getpid())
+        cfg.ControllerLauncher.controller_cmd = [
+            *watchdog.command("controller", None if self.controller == "slurm" else os.getpid()),
+            *HEARTBEAT_ARGS]
         if self.engines == "mpi":
             cfg.MPILauncher.mpi_cmd = [mpiexec()]
         if self.engines == "slurm" or self.controller == "slurm":
