@@ -74,6 +74,30 @@ def test_prov_stale_sidecar_is_an_error_naming_the_fix(datasets, tmp_path):
         assert bytes(r.read_batch()[700]) == b"x" * 3000
 
 
+def _read_syscalls() -> int:
+    """This process's read-family system calls so far (read, pread, preadv: /proc/self/io)."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("syscr"))
+
+
+def test_prov_reads_no_more_than_dio_once_its_sidecar_is_checked(datasets):
+    """The setup checks the whole sidecar (or finds that check stamped); per chunk PROV then
+    reads what DIO reads. It re-read each chunk's first and last leaf page before: 2 preads
+    more per chunk (64 read calls against DIO's 24 for these 20 one-batch chunks)."""
+    from mpi4py import MPI
+
+    calls = {}
+    for variant in ("lmdbio-lmm-dio", "lmdbio-lmm-dio-prov"):
+        with lmdbio.Reader(datasets["cifar10"], 32, MPI.COMM_SELF, variant=variant,
+                           build_provenance=True, coalesce_bytes=1 << 16) as r:
+            r.read_batch()
+            before = _read_syscalls()
+            got = [r.read_batch().indices.copy() for _ in range(20)]
+            calls[variant] = _read_syscalls() - before
+        assert r.coalesce == 1 and np.array_equal(np.concatenate(got), np.arange(32, 32 * 21) % 700)
+    assert calls["lmdbio-lmm-dio-prov"] <= calls["lmdbio-lmm-dio"], calls
+
+
 def test_prov_tampered_sidecar_never_gives_wrong_data(datasets, tmp_path):
     from mpi4py import MPI
 

@@ -13,7 +13,7 @@ import numpy as np
 from ..collective import collective
 from ..errors import LmdbioError, SnapshotError
 from ..index import open_snapshot
-from ..plan import plan_extents, positions_touched, runs_of
+from ..plan import plan_extents, positions_touched
 from .stage import Extents, Locator
 
 __all__ = ["Index", "Table", "scatter_index"]
@@ -82,20 +82,14 @@ class Table(Locator):
             raise SnapshotError(f"{self.path}: index positions reach {int(self._pos[-1])} but the "
                                 f"snapshot holds {lay.n} records")
 
-    def check_chunk(self, runs: list[tuple[int, int]]) -> None:
-        """Before a chunk's extents are used (PROV ties them to the file's pages)."""
-
     def locate(self, chunk: int, rec) -> Extents:
         lay = self.layout
-        return self.locate_positions(lay.chunk_positions(chunk), chunk * lay.k, rec,
-                                     lay.runs(chunk))
+        return self.locate_positions(lay.chunk_positions(chunk), chunk * lay.k, rec)
 
-    def locate_positions(self, want: np.ndarray, t: int, rec,
-                         runs: list[tuple[int, int]] | None = None) -> Extents:
+    def locate_positions(self, want: np.ndarray, t: int, rec) -> Extents:
         """Extents of the records at positions ``want`` (in that order), in the ``locate``
-        phase of batch ``t``; ``runs``: their runs of consecutive positions, if known."""
+        phase of batch ``t``."""
         with rec.phase("locate", t) as row:
-            self.check_chunk(runs if runs is not None else runs_of(want))
             pos = self._pos
             i = np.searchsorted(pos, want)
             ok = i < len(pos)

@@ -3,8 +3,12 @@
 The readers first check the whole sidecar against the file, a share each
 (:func:`~lmdbio.provenance.verify_shares`), before it is trusted, unless every
 one of them finds that check stamped for this sidecar, file and version
-(:mod:`lmdbio.verified`); each chunk then re-checks its first and last
-record's leaf page (two preads), stamp or not.
+(:mod:`lmdbio.verified`). Nothing is checked per chunk after that: the
+sidecar in memory is the one checked, and the read transaction every reader
+holds keeps the pages of the checked version from being reused by a writer
+(an edit of the file outside LMDB changes its ctime, which voids a stamp).
+Until this round each chunk re-read its first and last record's leaf page,
+two small preads per chunk that DIO does not make.
 ``lmdbio-direct`` uses :class:`ProvOrIndex`: the sidecar where every rank
 can load it for the agreed snapshot and its check passes, else DIO's index.
 """
@@ -90,12 +94,6 @@ class Prov(Table):
         self.prov.verify(self.fd, first, 1)
         self.prov.verify(self.fd, last, 1)
 
-    def check_chunk(self, runs: list[tuple[int, int]]) -> None:
-        # The chunk's first and last records tie its record numbers to pages: two
-        # leaf-page preads per chunk, not two per batch of a coalesced chunk.
-        (first, _), (last, count) = runs[0], runs[-1]
-        self.verify_ends(first, last + count - 1)
-
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
@@ -161,9 +159,6 @@ class ProvOrIndex(Prov):
         except ProvenanceError as exc:
             return str(exc)
         return None
-
-    def check_chunk(self, runs: list[tuple[int, int]]) -> None:
-        """Checked once at setup (first and last record of this rank's table)."""
 
     def describe(self) -> dict:
         out = {"direct_locate": self.source, "coalesce": self.layout.k}
