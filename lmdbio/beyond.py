@@ -128,7 +128,7 @@ def _first_batch(r) -> None:
     it.close()
 
 
-def epoch_rate(comm, dataset, variant: str, batch_size: int, iters: int, *, shuffle: bool,
+def epoch_rate(comm, dataset, variant: str, batch_size: int, iters: int, *, shuffle: bool | str,
                cache: str = "warm", repeat: int = 0, storage=None, coalesce_bytes: int | None = None,
                from_start: bool = False, **_) -> list[dict]:
     """Records/s of ``iters`` batches of a (shuffled) epoch, past its start: one row on rank 0.
