@@ -2,13 +2,15 @@
 shuffled lmdb-get, on the emulated GPFS (cold, cifar10 60k, B = 256, 4 ranks per virtual node).
 Prints; never asserts.
 
-    PYTHONPATH=$PWD:$PWD/benchmarks python benchmarks/bench_window.py P[,P...] ITERS REPEATS OUT.csv [--from-start] [--before]
+    PYTHONPATH=$PWD:$PWD/benchmarks python benchmarks/bench_window.py P[,P...] ITERS REPEATS OUT.csv [--from-start] [--before] [--file-coal BYTES]
 
 Series: file order; shuffle="window" (each window shuffled whole; node readers read whole
 windows); shuffle="shard" (each rank a contiguous slice of every window: node readers read
 1/R of it); shuffled lmdb-get. ``--before`` adds "window, no window stage"
 (``Table.windowed = False`` on the engines: the chunk-by-chunk path of HEAD before the window
-stage). Series are interleaved per repeat. Without
+stage). ``--file-coal BYTES`` adds "file order, COAL BYTES" (file order with COAL's target
+request size at BYTES: does a larger chunk alone close a gap to the shuffled series?). Series are
+interleaved per repeat. Without
 ``--from-start`` each point is :func:`lmdbio.beyond.epoch_rate` (notebook 12's: epoch 1's first
 chunk is read untimed, which with the window stage also reads the first window untimed); with
 it the clock starts before epoch 1 starts, so every window read is timed (use ITERS a multiple
@@ -51,12 +53,16 @@ if __name__ == "__main__":
               ("auto", "shard", True, "shuffled, shard"), ("lmdb-get", True, True, "lmdb-get shuffled")]
     if "--before" in sys.argv:
         SERIES.insert(1, ("auto", "window", False, "shuffled, window, no window stage"))
+    FILE_COAL = int(sys.argv[sys.argv.index("--file-coal") + 1]) if "--file-coal" in sys.argv else None
+    if FILE_COAL:
+        SERIES.insert(1, ("auto", False, True, f"file order, COAL {FILE_COAL}"))
     P = [int(x) for x in sys.argv[1].split(",")]
     ITERS = int(sys.argv[2])
     REPEATS = int(sys.argv[3])
     OUT = sys.argv[4]
     points = [dict(nprocs=p, dataset=str(DATASETS / "cifar10"), variant=v, shuffle=s, window=w, label=lab,
-                   batch_size=256, iters=ITERS, cache="cold", repeat=r, ranks_per_node=4, coalesce_bytes=None,
+                   batch_size=256, iters=ITERS, cache="cold", repeat=r, ranks_per_node=4,
+                   coalesce_bytes=FILE_COAL if lab.startswith("file order, COAL") else None,
                    from_start=FROM_START)
               for p in P for r in range(REPEATS) for v, s, w, lab in SERIES]
     rows = []
@@ -78,6 +84,7 @@ if __name__ == "__main__":
         ratios = [("shard/file", "shuffled, shard", f), ("window/file", "shuffled, window", f),
                   ("shard/get", "shuffled, shard", g), ("window/get", "shuffled, window", g),
                   ("shard/window", "shuffled, shard", piv["shuffled, window"]),
+                  ("file-coal/file", f"file order, COAL {FILE_COAL}", f),
                   ("no-stage/file", "shuffled, window, no window stage", f)]
         for name, label, base in ratios:
             if label in piv:
