@@ -21,8 +21,8 @@ Two modes (:data:`MODES`) share the chunks and windows and differ inside a windo
   node reader reads one run of ``1/R`` of the window: the bytes of a file-order
   epoch. The price in randomness: a rank's batch draws from ``1/P`` of a window
   (records closer together; a batch's global mix still spans the window), and
-  the order depends on ``nprocs`` and the batch size (the same at ``P = 1``
-  as ``"window"``). It never depends on the variant or the number of readers.
+  the order depends on ``nprocs`` and the batch size (at ``P = 1`` it is the
+  ``"window"`` order). It never depends on the variant or the number of readers.
 
 Last-batch policies (``n`` not a multiple of the batch size):
 
@@ -44,9 +44,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["POLICIES", "DEFAULT_POLICY", "MODES", "epoch_order", "shard_order", "position_ranks", "record_windows", "num_batches", "global_batches",
-           "rank_batches", "mean_batch_distance", "adjacent_fraction", "position_correlation",
-           "mean_share_distance", "randomness_table", "format_table", "mode_table", "format_mode_table"]
+__all__ = ["POLICIES", "DEFAULT_POLICY", "MODES", "epoch_order", "shard_order", "position_ranks",
+           "record_windows", "num_batches", "global_batches", "rank_batches", "mean_batch_distance",
+           "adjacent_fraction", "mean_share_distance", "position_correlation", "randomness_table",
+           "format_table", "mode_table", "format_mode_table"]
 
 POLICIES = ("short", "pad", "drop")
 DEFAULT_POLICY = "short"
