@@ -1,10 +1,16 @@
-"""Shuffled epochs with the window stage on and off, against file order and shuffled lmdb-get,
-on the emulated GPFS (cold, cifar10 60k, B = 256, 4 ranks per virtual node). Prints; never asserts.
+"""Shuffled epochs in both shuffle modes (and with the window stage off), against file order and
+shuffled lmdb-get, on the emulated GPFS (cold, cifar10 60k, B = 256, 4 ranks per virtual node).
+Prints; never asserts.
 
-    PYTHONPATH=$PWD:$PWD/benchmarks python benchmarks/bench_window.py P[,P...] ITERS REPEATS OUT.csv [--from-start]
+    PYTHONPATH=$PWD:$PWD/benchmarks python benchmarks/bench_window.py P[,P...] ITERS REPEATS OUT.csv [--from-start] [--before] [--file-coal BYTES]
 
-"before" sets ``Table.windowed = False`` on the engines (the chunk-by-chunk path of HEAD before
-the window stage); "after" leaves it on. Series are interleaved per repeat. Without
+Series: file order; shuffle="window" (each window shuffled whole; node readers read whole
+windows); shuffle="shard" (each rank a contiguous slice of every window: node readers read
+1/R of it); shuffled lmdb-get. ``--before`` adds "window, no window stage"
+(``Table.windowed = False`` on the engines: the chunk-by-chunk path of HEAD before the window
+stage). ``--file-coal BYTES`` adds "file order, COAL BYTES" (file order with COAL's target
+request size at BYTES: does a larger chunk alone close a gap to the shuffled series?). Series are
+interleaved per repeat. Without
 ``--from-start`` each point is :func:`lmdbio.beyond.epoch_rate` (notebook 12's: epoch 1's first
 chunk is read untimed, which with the window stage also reads the first window untimed); with
 it the clock starts before epoch 1 starts, so every window read is timed (use ITERS a multiple
@@ -43,14 +49,20 @@ if __name__ == "__main__":
 
     FROM_START = "--from-start" in sys.argv
     DATASETS = Path("data/datasets").resolve()
-    SERIES = [("auto", False, True, "file order"), ("auto", True, False, "shuffled, before (no window)"),
-              ("auto", True, True, "shuffled, after (window)"), ("lmdb-get", True, True, "lmdb-get shuffled")]
+    SERIES = [("auto", False, True, "file order"), ("auto", "window", True, "shuffled, window"),
+              ("auto", "shard", True, "shuffled, shard"), ("lmdb-get", True, True, "lmdb-get shuffled")]
+    if "--before" in sys.argv:
+        SERIES.insert(1, ("auto", "window", False, "shuffled, window, no window stage"))
+    FILE_COAL = int(sys.argv[sys.argv.index("--file-coal") + 1]) if "--file-coal" in sys.argv else None
+    if FILE_COAL:
+        SERIES.insert(1, ("auto", False, True, f"file order, COAL {FILE_COAL}"))
     P = [int(x) for x in sys.argv[1].split(",")]
     ITERS = int(sys.argv[2])
     REPEATS = int(sys.argv[3])
     OUT = sys.argv[4]
     points = [dict(nprocs=p, dataset=str(DATASETS / "cifar10"), variant=v, shuffle=s, window=w, label=lab,
-                   batch_size=256, iters=ITERS, cache="cold", repeat=r, ranks_per_node=4, coalesce_bytes=None,
+                   batch_size=256, iters=ITERS, cache="cold", repeat=r, ranks_per_node=4,
+                   coalesce_bytes=FILE_COAL if lab.startswith("file order, COAL") else None,
                    from_start=FROM_START)
               for p in P for r in range(REPEATS) for v, s, w, lab in SERIES]
     rows = []
@@ -68,9 +80,15 @@ if __name__ == "__main__":
           .agg(["median", "min", "max", "size"]).round(0).to_string())
     for p, d in df.groupby("nprocs"):
         piv = d.pivot_table(index="repeat", columns="label", values="records_per_s")
-        sa, sb = piv["shuffled, after (window)"], piv["shuffled, before (no window)"]
         f, g = piv["file order"], piv["lmdb-get shuffled"]
-        for name, ratio in [("after/file", sa / f), ("before/file", sb / f), ("after/get", sa / g),
-                            ("before/get", sb / g), ("after/before", sa / sb)]:
-            print(f"P={p} {name}: median {ratio.median():.2f} [{ratio.min():.2f}-{ratio.max():.2f}] (per-repeat ratios)")
+        ratios = [("shard/file", "shuffled, shard", f), ("window/file", "shuffled, window", f),
+                  ("shard/get", "shuffled, shard", g), ("window/get", "shuffled, window", g),
+                  ("shard/window", "shuffled, shard", piv["shuffled, window"]),
+                  ("file-coal/file", f"file order, COAL {FILE_COAL}", f),
+                  ("no-stage/file", "shuffled, window, no window stage", f)]
+        for name, label, base in ratios:
+            if label in piv:
+                ratio = piv[label] / base
+                print(f"P={p} {name}: median {ratio.median():.2f} [{ratio.min():.2f}-{ratio.max():.2f}] "
+                      "(per-repeat ratios)")
     print("lmdbio on engines:", sorted(set(df["lmdbio_file"])))

@@ -64,8 +64,15 @@ def _file_records(path) -> tuple[list[bytes], np.ndarray]:
     return keys, np.asarray(crcs, np.uint32)
 
 
+def _mode(shuffle: bool | str) -> str:
+    """The results' ``shuffle_mode`` column: ``"window"``, ``"shard"`` or ``""`` (file order)."""
+    from .pipeline import EpochPlan
+
+    return EpochPlan(shuffle).mode or ""
+
+
 def epoch_check(comm, dataset, variant: str, batch_size: int, *, last_batch: str = "short",
-                shuffle: bool = False, epochs: int = 2, seed: int = 0, storage=None,
+                shuffle: bool | str = False, epochs: int = 2, seed: int = 0, storage=None,
                 **_) -> list[dict]:
     """Read ``epochs`` whole epochs; on rank 0 check the delivered records against the file.
 
@@ -107,7 +114,8 @@ def epoch_check(comm, dataset, variant: str, batch_size: int, *, last_batch: str
         last = sum(len(gathered[q][e][0][-1]) for q in range(comm.size))
         first = idx if first is None else first
         rows.append({
-            "variant": variant, "variant_used": used, "nprocs": comm.size, "shuffle": shuffle,
+            "variant": variant, "variant_used": used, "nprocs": comm.size, "shuffle": bool(shuffle),
+            "shuffle_mode": _mode(shuffle),
             "last_batch": last_batch, "epoch": e, "records": n, "batch_size": batch_size,
             "batches": nb, "last_batch_records": last, "delivered": len(idx), "distinct_keys": distinct,
             "missing": n - distinct, "repeated": len(idx) - distinct,
@@ -128,7 +136,7 @@ def _first_batch(r) -> None:
     it.close()
 
 
-def epoch_rate(comm, dataset, variant: str, batch_size: int, iters: int, *, shuffle: bool,
+def epoch_rate(comm, dataset, variant: str, batch_size: int, iters: int, *, shuffle: bool | str,
                cache: str = "warm", repeat: int = 0, storage=None, coalesce_bytes: int | None = None,
                from_start: bool = False, **_) -> list[dict]:
     """Records/s of ``iters`` batches of a (shuffled) epoch, past its start: one row on rank 0.
@@ -175,7 +183,8 @@ def epoch_rate(comm, dataset, variant: str, batch_size: int, iters: int, *, shuf
     records = comm.allreduce(records)
     if comm.rank != 0:
         return []
-    return [{"variant": variant, "variant_used": used, "coalesce": k, "shuffle": shuffle,
+    return [{"variant": variant, "variant_used": used, "coalesce": k, "shuffle": bool(shuffle),
+             "shuffle_mode": _mode(shuffle),
              "nprocs": comm.size, "cache": cache, "storage": storage.spec, "batch_size": batch_size,
              "iters": iters, "repeat": repeat, "records": records, "wall_s": wall,
              "records_per_s": records / wall}]
@@ -366,6 +375,8 @@ TARGETS = {
     "prefetch": ("1 - I/O share of an iteration past the epoch's first chunk, prefetch d = 2", 0.9),
     "shuffle-vs-unshuffled": ("shuffled / unshuffled epoch records/s", 0.8),
     "shuffle-vs-get": ("shuffled epoch / shuffled lmdb-get records/s", 3.0),
+    "shard-vs-unshuffled": ("shuffled (shard mode) / unshuffled epoch records/s", 0.8),
+    "shard-vs-get": ("shuffled epoch (shard mode) / shuffled lmdb-get records/s", 3.0),
     "decode-vs-raw": ("decoded / raw records/s, warm", 0.8),
     "decode-vs-dali": ("decoded / DALI fn.readers.caffe records/s, warm", 3.0),
 }
@@ -412,12 +423,18 @@ def verdicts(rate=None, rate_gpfs=None, overlap_gpfs=None, decode=None):
     for setting, df in (("local", rate), ("gpfs", rate_gpfs)):
         if df is None or df.empty:
             continue
-        ours = df[df["variant"] != "lmdb-get"]
-        add("shuffle-vs-unshuffled", setting, _ratio_rows(
-            ours, ["nprocs"], lambda g: g["shuffle"], lambda g: ~g["shuffle"]))
-        add("shuffle-vs-get", setting, _ratio_rows(
-            df[df["shuffle"]], ["nprocs"], lambda g: g["variant"] != "lmdb-get",
-            lambda g: g["variant"] == "lmdb-get"))
+        # The window mode (shuffle=True; results from before the shard mode have no column),
+        # and the shard mode where measured; lmdb-get reads either order record by record.
+        mode = df["shuffle_mode"].fillna("") if "shuffle_mode" in df else \
+            df["shuffle"].map({True: "window", False: ""})
+        get = (df["variant"] == "lmdb-get") & df["shuffle"]
+        for name, m in (("shuffle", "window"), ("shard", "shard")):
+            ours = df[(df["variant"] != "lmdb-get") & (mode.isin([m, ""]))]
+            add(f"{name}-vs-unshuffled", setting, _ratio_rows(
+                ours, ["nprocs"], lambda g: g["shuffle"], lambda g: ~g["shuffle"]))
+            add(f"{name}-vs-get", setting, _ratio_rows(
+                df[((df["variant"] != "lmdb-get") & (mode == m)) | get], ["nprocs"],
+                lambda g: g["variant"] != "lmdb-get", lambda g: g["variant"] == "lmdb-get"))
     if overlap_gpfs is not None and not overlap_gpfs.empty:
         o = overlap_gpfs[overlap_gpfs["depth"] == 2]
         per = o.groupby(["nprocs", "repeat"])[SHARE].mean().reset_index()

@@ -549,6 +549,10 @@ def claim_settings(claim, series: dict, verdicts: pd.DataFrame | None = None, me
 
 # --- beyond the papers (notebook 12) ---------------------------------------------------------------
 
+#: Notebook 12's epoch-throughput series, in legend order (the shard mode only where measured).
+SERIES_12 = ("auto, file order", "auto, shuffled", "auto, shuffled (shard)", "lmdb-get, shuffled")
+
+
 def beyond(randomness: pd.DataFrame, rate: dict, overlap: pd.DataFrame | None, decode: pd.DataFrame,
            meta: dict | None = None, notes: dict | None = None):
     """Notebook 12 in four panels: how random the shuffled orders are, shuffled epochs' records/s,
@@ -576,8 +580,11 @@ def beyond(randomness: pd.DataFrame, rate: dict, overlap: pd.DataFrame | None, d
     for setting, df in rate.items():
         if df is None or df.empty:
             continue
+        shard = (df["shuffle_mode"] == "shard") if "shuffle_mode" in df else False
         d = df.assign(series=np.where(df["variant"] == "lmdb-get", "lmdb-get, shuffled",
-                                      np.where(df["shuffle"], "auto, shuffled", "auto, file order")),
+                                      np.where(shard, "auto, shuffled (shard)",
+                                               np.where(df["shuffle"], "auto, shuffled",
+                                                        "auto, file order"))),
                       where=setting + ", P=" + df["nprocs"].astype(str))
         parts.append(d)
     if parts:
@@ -585,7 +592,7 @@ def beyond(randomness: pd.DataFrame, rate: dict, overlap: pd.DataFrame | None, d
         order = list(dict.fromkeys(d.sort_values(["storage", "nprocs"], kind="stable")["where"]))
         sns.barplot(data=d, x="where", y="records_per_s", hue="series", estimator="median",
                     errorbar=("pi", 100), ax=a2, order=order,
-                    hue_order=["auto, file order", "auto, shuffled", "lmdb-get, shuffled"])
+                    hue_order=[h for h in SERIES_12 if h in set(d["series"])])
         a2.set_yscale("log")
         a2.tick_params(axis="x", labelsize=7)
         a2.legend(fontsize=7)

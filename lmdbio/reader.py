@@ -72,8 +72,12 @@ class Reader:
         build_provenance: PROV builds a missing or stale sidecar instead of failing.
         measure: record per-phase timings for :meth:`stats`.
         shuffle, seed, shuffle_chunk, shuffle_window, last_batch: :meth:`epoch`'s order and
-            last batch (:class:`lmdbio.pipeline.EpochPlan`); prefetch: batches it reads ahead
-            in a thread (:mod:`lmdbio.pipeline.prefetch`).
+            last batch (:class:`lmdbio.pipeline.EpochPlan`). ``shuffle``: False (file
+            order), True or ``"window"`` (each window shuffled whole: most random; node
+            readers read whole windows), ``"shard"`` (each rank shuffles its own contiguous
+            slice of every window: node readers read only their ranks' part, a file-order
+            epoch's bytes; the order depends on the rank count). prefetch: batches it reads
+            ahead in a thread (:mod:`lmdbio.pipeline.prefetch`).
         on_error: what a rank that fails alone does (see above): ``"abort"``
             ends the whole job; ``"raise"`` raises on that rank only (the
             others stop at their timeout). Default: ``$LMDBIO_ON_ERROR`` or
@@ -87,7 +91,7 @@ class Reader:
                  readers_per_node: int = 1, *, options: Options | None = None,
                  coalesce_bytes: int | None = None, stagger_size: int | None = None,
                  build_provenance: bool = False, measure: bool = True,
-                 on_error: str | None = None, shuffle: bool = False, seed: int = 0,
+                 on_error: str | None = None, shuffle: bool | str = False, seed: int = 0,
                  shuffle_chunk: int | None = None, shuffle_window: int = 4,
                  last_batch: str = "short", prefetch: int = 0):
         self.comm = comm = comm if comm is not None else MPI.COMM_WORLD

@@ -6,6 +6,24 @@ then shuffled record by record, so a batch mixes records of several chunks.
 The order is a pure function of ``(n, chunk, window, seed, epoch)``: every
 rank computes the same one without talking to the others.
 
+Two modes (:data:`MODES`) share the chunks and windows and differ inside a window:
+
+- ``"window"`` (:func:`epoch_order`): the window's records are shuffled
+  among all of its positions, so every rank's share of a batch is drawn from
+  the whole window. Most random; but a node reader that serves a quarter of
+  the ranks needs a random quarter of every window, records a few KB apart,
+  and reads the whole window: ``R`` node readers read ``R`` times the bytes.
+- ``"shard"`` (:func:`shard_order`): shard, then shuffle, the order DALI's
+  ``random_shuffle`` within a shard, tf.data's ``shard`` + ``shuffle`` and
+  most sharded loaders give. In each window, the positions rank r delivers
+  hold a random permutation of a contiguous slice of the window's records in
+  file order (rank 0 the first ones). A node's ranks are consecutive, so a
+  node reader reads one run of ``1/R`` of the window: the bytes of a file-order
+  epoch. The price in randomness: a rank's batch draws from ``1/P`` of a window
+  (records closer together; a batch's global mix still spans the window), and
+  the order depends on ``nprocs`` and the batch size (at ``P = 1`` it is the
+  ``"window"`` order). It never depends on the variant or the number of readers.
+
 Last-batch policies (``n`` not a multiple of the batch size):
 
 - ``"short"`` (the default): the last global batch holds the ``n % B``
@@ -26,12 +44,14 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["POLICIES", "DEFAULT_POLICY", "epoch_order", "record_windows", "num_batches", "global_batches",
-           "rank_batches", "mean_batch_distance", "adjacent_fraction", "position_correlation",
-           "randomness_table", "format_table"]
+__all__ = ["POLICIES", "DEFAULT_POLICY", "MODES", "epoch_order", "shard_order", "position_ranks",
+           "record_windows", "num_batches", "global_batches", "rank_batches", "mean_batch_distance",
+           "adjacent_fraction", "mean_share_distance", "position_correlation", "randomness_table",
+           "format_table", "mode_table", "format_mode_table"]
 
 POLICIES = ("short", "pad", "drop")
 DEFAULT_POLICY = "short"
+MODES = ("window", "shard")
 
 
 def _count(name: str, value, minimum: int) -> int:
@@ -86,6 +106,58 @@ def record_windows(n: int, chunk: int, window: int, seed: int, epoch: int) -> np
     rank = np.empty(len(perm), dtype=np.int64)
     rank[perm] = np.arange(len(perm))
     return rank[np.arange(int(n), dtype=np.int64) // int(chunk)] // window
+
+
+def position_ranks(n: int, batch_size: int, nprocs: int, policy: str = DEFAULT_POLICY) -> np.ndarray:
+    """The rank that delivers each position of an epoch's order (int64; ``nprocs``: none).
+
+    The split is :func:`rank_batches`': ``batch_size // nprocs`` consecutive
+    positions of each full batch per rank; the short last batch split as
+    evenly as possible; a padded one like a full batch (its repeats from the
+    epoch's start are not counted: their positions have their first owner);
+    a dropped one delivered by nobody.
+    """
+    _check(n, batch_size, policy)
+    nprocs = _count("nprocs", nprocs, 1)
+    if batch_size % nprocs:
+        raise ValueError(f"batch_size {batch_size} does not divide among {nprocs} ranks; use a "
+                         "multiple of the rank count")
+    share = batch_size // nprocs
+    full, rest = divmod(n, batch_size)
+    out = np.arange(n, dtype=np.int64) % batch_size // share
+    tail = out[full * batch_size:]
+    if policy == "drop":
+        tail[:] = nprocs
+    elif policy == "short":
+        q, r = divmod(rest, nprocs)
+        sizes = q + (np.arange(nprocs) < r)
+        tail[:] = np.repeat(np.arange(nprocs), sizes)
+    return out
+
+
+def shard_order(n: int, chunk: int, window: int, seed: int, epoch: int, batch_size: int,
+                nprocs: int, policy: str = DEFAULT_POLICY) -> np.ndarray:
+    """The ``"shard"`` mode's order: shard each window among the ranks, then shuffle each shard.
+
+    The chunks and windows are :func:`epoch_order`'s (same ``record_windows``).
+    In each window, the positions rank r delivers (:func:`position_ranks`)
+    hold a random permutation of the window's records ``c_r .. c_r + n_r - 1``
+    in file order (``n_r``: how many of the window's positions rank r
+    delivers, ``c_r`` the sum of the earlier ranks'). Positions nobody
+    delivers (``policy="drop"``) keep :func:`epoch_order`'s records; the
+    others share the rest. At ``nprocs = 1`` this is :func:`epoch_order`.
+    A pure function of all its arguments: every rank computes the same order.
+    """
+    order = epoch_order(n, chunk, window, seed, epoch)
+    owner = position_ranks(n, batch_size, nprocs, policy)
+    win = record_windows(n, chunk, window, seed, epoch)[order]    # non-decreasing
+    give = np.flatnonzero(owner < nprocs)
+    o, w = order[give], win[give]
+    # epoch_order's records ranked within (window, owner) are a uniform random bijection of
+    # each owner's positions onto its slice; at one owner it gives epoch_order back.
+    out = order.copy()
+    out[give[np.lexsort((o, owner[give], w))]] = o[np.lexsort((o, w))]
+    return out
 
 
 def num_batches(n: int, batch_size: int, policy: str = DEFAULT_POLICY) -> int:
@@ -167,6 +239,18 @@ def adjacent_fraction(order: np.ndarray, batch_size: int) -> float:
     return float((d[same] == 1).mean()) if same.any() else float("nan")
 
 
+def mean_share_distance(order: np.ndarray, batch_size: int, nprocs: int) -> float:
+    """:func:`mean_batch_distance` within each rank's share of the full batches (what one rank's
+    ``batch_size // nprocs`` records span)."""
+    order = np.asarray(order, dtype=np.int64)
+    share = batch_size // _count("nprocs", nprocs, 1)
+    full = len(order) // batch_size
+    if share < 2 or not full:
+        return float("nan")
+    shares = order[:full * batch_size].reshape(full * nprocs, share)
+    return float(np.abs(np.diff(shares, axis=1)).mean())
+
+
 def position_correlation(order_a: np.ndarray, order_b: np.ndarray) -> float:
     """Pearson correlation of each record's position in two epochs' orders (1: same order)."""
     a, b = np.asarray(order_a), np.asarray(order_b)
@@ -210,6 +294,48 @@ def randomness_table(n: int, batch_size: int, chunks, windows, seed: int = 0) ->
     return rows
 
 
+def mode_table(n: int, batch_size: int, chunks, windows, nprocs=(1, 4, 16), seed: int = 0,
+               policy: str = DEFAULT_POLICY) -> list[dict]:
+    """The two shuffle modes side by side: one row per (chunk, window, nprocs, mode).
+
+    Columns: ``mode`` (:data:`MODES`), ``nprocs``, ``chunk``, ``window``,
+    ``records_per_window``, ``mean_distance`` (in a global batch,
+    :func:`mean_batch_distance`), ``share_distance`` (in one rank's share,
+    :func:`mean_share_distance`), ``adjacent`` (:func:`adjacent_fraction`) and
+    ``epoch_correlation`` (:func:`position_correlation` of epochs 0 and 1).
+    At ``nprocs = 1`` the two modes give the same order.
+    """
+    rows = []
+    for p in nprocs:
+        for chunk in chunks:
+            for window in windows:
+                for mode in MODES:
+                    if mode == "window":
+                        o0, o1 = (epoch_order(n, chunk, window, seed, e) for e in (0, 1))
+                    else:
+                        o0, o1 = (shard_order(n, chunk, window, seed, e, batch_size, p, policy)
+                                  for e in (0, 1))
+                    rows.append({"mode": mode, "nprocs": p, "chunk": chunk, "window": window,
+                                 "records_per_window": min(n, chunk * window),
+                                 "mean_distance": mean_batch_distance(o0, batch_size),
+                                 "share_distance": mean_share_distance(o0, batch_size, p),
+                                 "adjacent": adjacent_fraction(o0, batch_size),
+                                 "epoch_correlation": position_correlation(o0, o1)})
+    return rows
+
+
+def format_mode_table(rows: list[dict]) -> str:
+    """The rows of :func:`mode_table` as a fixed-width text table."""
+    lines = [f"{'mode':>6} {'P':>3} {'chunk':>6} {'window':>6} {'rec/window':>10} {'mean dist':>10} "
+             f"{'share dist':>10} {'adjacent':>8} {'epoch corr':>10}"]
+    for r in rows:
+        lines.append(f"{r['mode']:>6} {r['nprocs']:>3} {r['chunk']:>6} {r['window']:>6} "
+                     f"{r['records_per_window']:>10} {r['mean_distance']:>10.1f} "
+                     f"{r['share_distance']:>10.1f} {r['adjacent']:>8.3f} "
+                     f"{r['epoch_correlation']:>10.3f}")
+    return "\n".join(lines)
+
+
 def format_table(rows: list[dict]) -> str:
     """The rows of :func:`randomness_table` as a fixed-width text table."""
     head = (f"{'chunk':>7} {'window':>6} {'rec/window':>10} {'mean dist':>10} {'vs uniform':>10} "
@@ -229,3 +355,5 @@ if __name__ == "__main__":  # python -m lmdbio.shuffle [N] [BATCH]: the table fo
     batch = int(sys.argv[2]) if len(sys.argv) > 2 else 256
     print(f"n = {n}, batch = {batch}, seed 0, epochs 0 and 1")
     print(format_table(randomness_table(n, batch, chunks=(16, 64, 256, 1024), windows=(1, 4, 16))))
+    print("\nthe two modes (window: shuffle the whole window; shard: each rank a contiguous slice)")
+    print(format_mode_table(mode_table(n, batch, chunks=(64, 512, 1024), windows=(1, 4, 16))))

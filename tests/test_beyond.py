@@ -80,6 +80,23 @@ def test_targets_are_judged_by_the_claims_rule(shuffled, get, expect):
     assert set(t["setting"]) == {"gpfs"}
 
 
+def test_each_shuffle_mode_is_judged_on_its_own_rows():
+    """Shard rows (shuffle_mode "shard") are judged as their own targets and never pulled into
+    the window mode's (shuffle=True) ratios."""
+    df = _rate((0.5, 0.55, 0.6), (2, 2, 2)).assign(shuffle_mode=lambda d: d["shuffle"].map(
+        {True: "window", False: ""}))
+    shard = df[df["shuffle_mode"] == "window"].query("variant == 'auto'").assign(
+        shuffle_mode="shard", records_per_s=lambda d: d["records_per_s"] * 2)
+    t = beyond.verdicts(rate_gpfs=pd.concat([df, shard], ignore_index=True)).set_index("target")
+    assert t.loc["shuffle-vs-unshuffled", "value"] == pytest.approx(0.55)
+    assert t.loc["shard-vs-unshuffled", "value"] == pytest.approx(1.1)
+    assert t.loc["shard-vs-get", "value"] == pytest.approx(4.0)
+    assert (t.loc["shuffle-vs-get", "verdict"], t.loc["shard-vs-get", "verdict"]) == ("no", "yes")
+    # Results from before the shard mode (no column) give the window mode's targets only.
+    old = beyond.verdicts(rate_gpfs=_rate((0.5, 0.55, 0.6), (2, 2, 2)))
+    assert set(old["target"]) == {"shuffle-vs-unshuffled", "shuffle-vs-get"}
+
+
 def test_prefetch_target_is_one_minus_the_io_share_at_depth_two():
     rows = [dict(nprocs=4, repeat=r, rank=q, depth=d, io_share_steady=s, io_share=1.0)
             for r, shares in enumerate([(0.4, 0.05), (0.45, 0.12)]) for q in range(2)

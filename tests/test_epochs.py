@@ -110,3 +110,23 @@ def test_sixteen_ranks_on_virtual_nodes(db):
     out = run_mpi("epoch_check.py", 16, db, "--per-rank", 2, "--topologies", "4:1", "--shuffle",
                   "--variants", "lmdbio-lmm-dio-prov-coal,lmdbio-direct", timeout=400)
     assert "0 failures" in out.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [1, 3, 4])
+def test_shard_epochs(db, nprocs):
+    """shuffle="shard": every variant that shuffles delivers lmdbio.shuffle.shard_order's shares
+    (the same records at one P whatever the variant or the readers per node)."""
+    variants = SHUFFLING if nprocs == 4 else ["lmdbio-direct", "lmdbio-lmm-dio-prov-coal"]
+    out = run_mpi("epoch_check.py", nprocs, db, "--variants", ",".join(variants), "--shuffle",
+                  "--mode", "shard",
+                  "--topologies", "None:1,1:1" if nprocs < 4 else "None:1,2:1,2:2", timeout=400)
+    assert "0 failures" in out.stdout
+
+
+@pytest.mark.mpi
+def test_shard_epochs_sixteen_ranks_on_virtual_nodes(db):
+    out = run_mpi("epoch_check.py", 16, db, "--per-rank", 2, "--topologies", "4:1", "--shuffle",
+                  "--mode", "shard", "--variants", "lmdbio-lmm-dio-prov-coal,lmdbio-direct",
+                  timeout=400)
+    assert "0 failures" in out.stdout

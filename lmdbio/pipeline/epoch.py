@@ -2,9 +2,12 @@
 
 An epoch is a table of rows, one global batch each (:class:`EpochRows`); the
 pipeline's :class:`~lmdbio.plan.Layout` takes it, and every locator reads the
-positions its rows name. The order is the file order (``shuffle=False``) or
-:func:`lmdbio.shuffle.epoch_order` (chunks permuted, windows shuffled, seeded
-by ``(seed, epoch)``): a pure function, so every rank computes the same rows.
+positions its rows name. The order is the file order (``shuffle=False``),
+:func:`lmdbio.shuffle.epoch_order` (``shuffle=True`` or ``"window"``: chunks
+permuted, windows shuffled, seeded by ``(seed, epoch)``) or
+:func:`lmdbio.shuffle.shard_order` (``"shard"``: the same windows, each rank's
+positions of a window filled with a contiguous slice of it, shuffled): pure
+functions, so every rank computes the same rows.
 
 The last batch (``n % B`` records) follows :mod:`lmdbio.shuffle`'s policies.
 ``"short"`` (the default, PyTorch's ``drop_last=False``) is read as a full row
@@ -31,7 +34,14 @@ class EpochPlan:
     """How epochs are ordered and cut.
 
     Args:
-        shuffle: False: file order; True: :func:`lmdbio.shuffle.epoch_order`.
+        shuffle: False: file order. True or ``"window"``: :func:`lmdbio.shuffle.epoch_order`,
+            each window's records shuffled over all its positions: the most random, but a
+            node reader whose ranks' records lie < 64 KiB apart reads every window whole
+            (``R`` node readers: ``R`` times a file-order epoch's bytes). ``"shard"``:
+            :func:`lmdbio.shuffle.shard_order`, shard then shuffle: each rank draws from its
+            own contiguous ``1/P`` of every window (a rank's share spans less of the file,
+            and the order depends on the rank count), so a node reader reads one run of
+            ``1/R`` of each window: a file-order epoch's bytes.
         seed: the run's seed (>= 0); epoch ``e``'s order is seeded by ``(seed, e)``.
         chunk: records per shuffled chunk (None: one coalesced chunk of global batches,
             ``k * B``, what COAL reads together).
@@ -39,15 +49,32 @@ class EpochPlan:
         last_batch: ``"short"``, ``"pad"`` or ``"drop"`` (:mod:`lmdbio.shuffle`).
     """
 
-    shuffle: bool = False
+    shuffle: bool | str = False
     seed: int = 0
     chunk: int | None = None
     window: int = 4
     last_batch: str = sh.DEFAULT_POLICY
 
+    @property
+    def mode(self) -> str | None:
+        """``"window"``, ``"shard"`` or None (file order)."""
+        if self.shuffle is True:
+            return "window"
+        return self.shuffle or None
+
+    def order(self, n: int, chunk: int, epoch: int, batch: int, nprocs: int) -> np.ndarray:
+        """Epoch ``epoch``'s global order of ``n`` records (``chunk``: records per chunk)."""
+        if self.mode == "shard":
+            return sh.shard_order(n, chunk, self.window, self.seed, epoch, batch, nprocs,
+                                  self.last_batch)
+        if self.mode == "window":
+            return sh.epoch_order(n, chunk, self.window, self.seed, epoch)
+        return np.arange(n, dtype=np.int64)
+
     def __post_init__(self):
-        if not isinstance(self.shuffle, bool):
-            raise TypeError(f"shuffle must be True or False, got {self.shuffle!r}")
+        if not isinstance(self.shuffle, bool) and self.shuffle not in sh.MODES:
+            raise ValueError(f"shuffle must be False, True or one of the modes "
+                             f"{', '.join(map(repr, sh.MODES))}, got {self.shuffle!r}")
         if self.last_batch not in sh.POLICIES:
             raise ValueError(f"unknown last_batch policy {self.last_batch!r}; use one of "
                              f"{', '.join(sh.POLICIES)}")
@@ -74,10 +101,7 @@ def epoch_rows(plan: EpochPlan, n: int, batch: int, nprocs: int, k: int, epoch: 
     chunk. Raises ValueError for ``batch > n`` (one batch would repeat records)."""
     nb = sh.num_batches(n, batch, plan.last_batch)
     sh._count("epoch", epoch, 0)
-    if plan.shuffle:
-        order = sh.epoch_order(n, plan.chunk or k * batch, plan.window, plan.seed, epoch)
-    else:
-        order = np.arange(n, dtype=np.int64)
+    order = plan.order(n, plan.chunk or k * batch, epoch, batch, nprocs)
     full, rest = divmod(n, batch)
     rows = [order[:full * batch].reshape(full, batch)]
     share = batch // nprocs

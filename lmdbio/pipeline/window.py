@@ -24,7 +24,11 @@ last batch reaches back to the first), each the extents of the reader's
 records in ``W`` chunks of ``chunk`` records (``k * B`` by default), holes
 included. A reader that reads part of each batch (several readers) still
 reads its window whole where its records lie less than 64 KiB apart (the
-extents' gap): ``W * k * B`` records' pages either way. cifar10 (a 3.1 KB
+extents' gap): ``W * k * B`` records' pages either way. The ``"shard"``
+order (:func:`lmdbio.shuffle.shard_order`) makes a node reader's records of
+a window one contiguous run (its ranks are consecutive): the same planning
+then reads ``1/R`` of the window (R node readers), ``W * k * B / R`` records'
+pages. cifar10 (a 3.1 KB
 Datum takes one 4 KiB overflow page), ``B = 256``, ``W = 4``: 8.4 MB per
 window at ``k = 2`` (17 MB at most), 34 MB at ``k = 8`` (67 MB at most), on
 top of the distributor's slots. The gather is one ``memcpy`` per record.

@@ -1,12 +1,13 @@
 """Under mpiexec: every epoch delivers every record exactly once across the ranks.
 
 usage: epoch_check.py --variants A,B --topologies None:1,2:1 --policies short,pad,drop
-                      --per-rank 5 [--shuffle] [--epochs 2] DB
+                      --per-rank 5 [--shuffle [--mode shard]] [--epochs 2] DB
 For each (variant, topology, policy) every rank reads the epochs, checks each
 record's bytes against a py-lmdb listing, and rank 0 checks the gathered
 indices: the multiset per epoch (exactly once for short; the pad repeats; drop's
 missing tail), the same order on every rank (each rank's shares are the slices
-of lmdbio.shuffle's order), and that shuffled epochs differ. Exit 1 on a failure.
+of lmdbio.shuffle's order: epoch_order, or shard_order for --mode shard), and that
+shuffled epochs differ. Exit 1 on a failure.
 """
 
 import argparse
@@ -27,6 +28,7 @@ p.add_argument("--topologies", default="None:1")
 p.add_argument("--policies", default="short,pad,drop")
 p.add_argument("--per-rank", type=int, default=5)
 p.add_argument("--shuffle", action="store_true")
+p.add_argument("--mode", default="window", choices=["window", "shard"])
 p.add_argument("--epochs", type=int, default=2)
 p.add_argument("--chunk", type=int, default=7)
 p.add_argument("--window", type=int, default=3)
@@ -40,17 +42,18 @@ with env.begin() as txn:
 env.close()
 n = len(expected)
 B = args.per_rank * comm.size
+SHUFFLE = (True if args.mode == "window" else args.mode) if args.shuffle else False
 failures = []
 for variant in args.variants.split(","):
     for topo in args.topologies.split(","):
         rpn_s, rpr_s = topo.split(":")
         rpn = None if rpn_s == "None" else int(rpn_s)
         for policy in args.policies.split(","):
-            what = f"{variant} {topo} {policy} shuffle={args.shuffle} prefetch={args.prefetch}"
+            what = f"{variant} {topo} {policy} shuffle={SHUFFLE} prefetch={args.prefetch}"
             seen = []
             with lmdbio.Reader(args.db, B, comm, variant=variant, ranks_per_node=rpn,
                                readers_per_node=int(rpr_s), build_provenance=True,
-                               shuffle=args.shuffle, seed=3, shuffle_chunk=args.chunk,
+                               shuffle=SHUFFLE, seed=3, shuffle_chunk=args.chunk,
                                shuffle_window=args.window, last_batch=policy,
                                prefetch=args.prefetch) as r:
                 for e in range(args.epochs):
@@ -68,8 +71,12 @@ for variant in args.variants.split(","):
                 continue
             orders = []
             for e in range(args.epochs):
-                order = (sh.epoch_order(n, args.chunk, args.window, 3, e) if args.shuffle
-                         else np.arange(n))
+                if SHUFFLE == "shard":
+                    order = sh.shard_order(n, args.chunk, args.window, 3, e, B, comm.size, policy)
+                elif SHUFFLE:
+                    order = sh.epoch_order(n, args.chunk, args.window, 3, e)
+                else:
+                    order = np.arange(n)
                 orders.append(order)
                 want = [sh.rank_batches(order, B, comm.size, k, policy) for k in range(comm.size)]
                 got = [everyone[k][e] for k in range(comm.size)]
