@@ -45,6 +45,32 @@ def test_rows_match_lmdbio_shuffle(policy, nprocs, k):
         assert [g.tolist() for g in got] == [w.tolist() for w in want]
 
 
+@pytest.mark.parametrize("mode", ["window", "shard"])
+def test_every_shuffling_variant_gives_one_order_with_the_default_chunk(tmp_path_factory, mode):
+    """No shuffle_chunk given: the chunk comes from the dataset and the batch, never from the
+    variant's own COAL chunk (lmdb-get reads 1 batch per request, the COAL stack 4 here: they
+    gave different orders of the same epoch before)."""
+    from lmdbio.datasets import make_dataset
+    from lmdbio.pipeline.epoch import default_chunk
+
+    db = make_dataset(tmp_path_factory.mktemp("chunk") / "c", "cifar10", 2000, seed=3)
+    orders, ks = {}, {}
+    for variant in SHUFFLING:
+        with lmdbio.Reader(db, 64, MPI.COMM_SELF, variant=variant, build_provenance=True,
+                           shuffle=mode, seed=2, coalesce_bytes=1 << 20) as r:
+            orders[variant] = np.concatenate([b.indices for b in r.epoch(1)])
+            ks[variant] = r.coalesce
+        assert sorted(orders[variant].tolist()) == list(range(2000)), variant
+    assert ks["lmdb-get"] == 1 and ks["lmdbio-lmm-dio-prov-coal"] > 1, ks
+    first = orders[SHUFFLING[0]]
+    assert all(np.array_equal(o, first) for o in orders.values()), \
+        {v: o[:8].tolist() for v, o in orders.items()}
+    # One process, last batch short: the delivered order is the plan's whole order.
+    mean = (db / "data.mdb").stat().st_size / 2000
+    plan = EpochPlan(shuffle=mode, seed=2)
+    assert np.array_equal(first, plan.order(2000, default_chunk(2000, 64, mean), 1, 64, 1))
+
+
 def test_one_process_every_variant_every_policy(db):
     for variant in ALL:
         for policy in ("short", "pad", "drop"):

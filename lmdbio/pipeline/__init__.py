@@ -44,7 +44,7 @@ from ..shuffle import record_windows
 from .coalesce import Coalesce
 from ..errors import ConfigurationError
 from .distribute import NodeGroup, Private, PrivateSlots
-from .epoch import EpochPlan, EpochRows, epoch_rows
+from .epoch import EpochPlan, EpochRows, default_chunk, epoch_rows
 from .fetch import MmapCopy, Preadv
 from .index import Index
 from .prefetch import Prefetch, check_prefetch
@@ -159,6 +159,8 @@ class Pipeline:
         if self.options.staggered and self.is_reader:
             self.stagger = Stagger.join(self.topology, self.options.stagger_size)
         d.setup(self.layout, slot_bytes(d.count * k, mean_size))
+        if self.epochs.chunk is None:
+            self.epochs = replace(self.epochs, chunk=default_chunk(n, batch_size, mean_size))
         return k
 
     # -- epochs
@@ -177,8 +179,7 @@ class Pipeline:
         self.window.close()
         if self.epochs.shuffle and self.locator.windowed and self.is_reader:
             plan = self.epochs
-            windows = record_windows(base.n, plan.chunk or base.k * base.batch, plan.window,
-                                     plan.seed, epoch)
+            windows = record_windows(base.n, plan.chunk, plan.window, plan.seed, epoch)
             self.window = Window(lay, rows, self.per_rank, windows)
         return rows
 

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import shuffle as sh
+from ..options import DEFAULT_COALESCE_BYTES
+from ..plan import coalesce_batches
 
-__all__ = ["EpochPlan", "EpochRows", "epoch_rows"]
+__all__ = ["EpochPlan", "EpochRows", "epoch_rows", "default_chunk"]
 
 
 @dataclass(frozen=True)
@@ -43,8 +45,9 @@ class EpochPlan:
             and the order depends on the rank count), so a node reader reads one run of
             ``1/R`` of each window: a file-order epoch's bytes.
         seed: the run's seed (>= 0); epoch ``e``'s order is seeded by ``(seed, e)``.
-        chunk: records per shuffled chunk (None: one coalesced chunk of global batches,
-            ``k * B``, what COAL reads together).
+        chunk: records per shuffled chunk (None: :func:`default_chunk`, the global batches
+            whose bytes come nearest below COAL's default 4 MiB request; the same for every
+            variant, rank count and node layout, so all of them deliver the same order).
         window: chunks per shuffle window.
         last_batch: ``"short"``, ``"pad"`` or ``"drop"`` (:mod:`lmdbio.shuffle`).
     """
@@ -80,6 +83,16 @@ class EpochPlan:
                              f"{', '.join(sh.POLICIES)}")
         for name in ("seed", "window") + (("chunk",) if self.chunk is not None else ()):
             sh._count(name, getattr(self, name), 0 if name == "seed" else 1)
+
+
+def default_chunk(n: int, batch: int, mean_size: float) -> int:
+    """Records per shuffled chunk when none is asked for: ``k * batch``, with ``k`` the batches
+    whose bytes come nearest below COAL's default request (4 MiB), as if one reader read the
+    whole global batch. It depends on the dataset and the batch only: a reader's own chunk
+    (its share of ``k`` batches, which depends on the variant, the rank count and how many
+    ranks share a node reader) would give each variant its own order. cifar10 (3.1 KB
+    records), ``B = 256``: 1,024 records."""
+    return batch * coalesce_batches(batch * mean_size, DEFAULT_COALESCE_BYTES, n // batch)
 
 
 @dataclass(frozen=True)

@@ -21,17 +21,19 @@ dropped when a chunk no longer needs it.
 
 Memory per reader: at most two windows at once (three only where a padded
 last batch reaches back to the first), each the extents of the reader's
-records in ``W`` chunks of ``chunk`` records (``k * B`` by default), holes
-included. A reader that reads part of each batch (several readers) still
-reads its window whole where its records lie less than 64 KiB apart (the
-extents' gap): ``W * k * B`` records' pages either way. The ``"shard"``
-order (:func:`lmdbio.shuffle.shard_order`) makes a node reader's records of
-a window one contiguous run (its ranks are consecutive): the same planning
-then reads ``1/R`` of the window (R node readers), ``W * k * B / R`` records'
-pages. cifar10 (a 3.1 KB
-Datum takes one 4 KiB overflow page), ``B = 256``, ``W = 4``: 8.4 MB per
-window at ``k = 2`` (17 MB at most), 34 MB at ``k = 8`` (67 MB at most), on
-top of the distributor's slots. The gather is one ``memcpy`` per record.
+records in ``W`` chunks of ``C`` records (``C``:
+:func:`~lmdbio.pipeline.epoch.default_chunk` unless ``shuffle_chunk`` is
+given), holes included. A reader that reads part of each batch (several
+readers) still reads its window whole where its records lie less than
+64 KiB apart (the extents' gap): ``W * C`` records' pages either way. The
+``"shard"`` order (:func:`lmdbio.shuffle.shard_order`) makes a node
+reader's records of a window one contiguous run (its ranks are
+consecutive): the same planning then reads ``1/R`` of the window (R node
+readers), ``W * C / R`` records' pages. cifar10 (a 3.1 KB Datum takes one
+4 KiB overflow page), ``B = 256`` (``C = 1,024``), ``W = 4``: 16.8 MB per
+window (34 MB at most) at any P in the window mode, 4.2 MB (8.4 MB) per
+node reader in the shard mode at 4 node readers, on top of the
+distributor's slots. The gather is one ``memcpy`` per record.
 """
 
 from __future__ import annotations
