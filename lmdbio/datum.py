@@ -497,8 +497,9 @@ def _each(threads: int, items: list, work):
     try:
         loop()
     finally:
-        for f in helpers:
-            f.result()
+        for f in helpers:  # a helper that has not started finds nothing left: drop it
+            if not f.cancel():
+                f.result()
     return errors[min(errors)] if errors else None
 
 

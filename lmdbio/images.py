@@ -80,6 +80,10 @@ class _Scratch(threading.local):
 _SCRATCH = _Scratch()
 
 
+# A scratch image larger than this is made for its record and not kept by the thread.
+_KEEP_BYTES = 16 << 20
+
+
 def _target(raw: str, height: int, width: int):
     """This thread's scratch image of ``raw`` mode and this size (the last one is kept)."""
     got = _SCRATCH.target
@@ -90,7 +94,9 @@ def _target(raw: str, height: int, width: int):
         array = np.empty(shape, np.uint8)
         image = Image.frombuffer(raw, (width, height), array, "raw", raw, 0, 1)
         temp = np.empty((height, width), np.uint32) if raw == "RGBX" else None
-        got = _SCRATCH.target = ((raw, height, width), array, image, temp)
+        got = ((raw, height, width), array, image, temp)
+        if array.nbytes <= _KEEP_BYTES:
+            _SCRATCH.target = got
     return got
 
 

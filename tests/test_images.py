@@ -160,3 +160,12 @@ def test_headers_this_path_does_not_take():
     assert images.jpeg_header(lossless) is None
     twelve_bit = jpg[:sof + 4] + b"\x0c" + jpg[sof + 5:]
     assert images.jpeg_header(twelve_bit) is None
+
+
+def test_large_scratch_is_not_kept_by_the_thread():
+    small, large = _file(_photo(16, 16)), _file(_photo(2100, 2100), quality=50)
+    _decode([small], 1)
+    kept = images._SCRATCH.target
+    got, _ = _decode([large], 1)
+    assert np.array_equal(got[0], _pillow(large))
+    assert images._SCRATCH.target is kept  # 2100 x 2100 RGBX is over 16 MiB
