@@ -413,7 +413,9 @@ def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
         shape: ``(c, h, w)`` of every image; taken from the first record if None.
         out: optional preallocated ``(n, c, h, w)`` uint8 array to fill.
         threads: threads decoding the records protobuf takes (encoded JPEG/PNG
-            ones: Pillow releases the GIL); 1 decodes them in the caller.
+            ones: Pillow releases the GIL), the caller among them; 1 decodes
+            them in the caller alone. JPEGs are decoded straight into ``out``
+            (see :mod:`lmdbio.images`), with the pixels of :func:`decode_image`.
     Returns:
         ``(images (n, c, h, w) uint8, labels int64)``.
     """
