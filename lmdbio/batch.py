@@ -45,6 +45,12 @@ class Batch:
         """Bytes of this rank's records."""
         return int(self.sizes.sum())
 
-    def as_datum_array(self, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Decode the records as Caffe Datums: ``(n, c, h, w)`` uint8 images and labels."""
-        return datum.decode_records(self.buffer, self.offsets, self.sizes, out=out)
+    def as_datum_array(self, out: np.ndarray | None = None,
+                       threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """Decode the records as Caffe Datums: ``(n, c, h, w)`` uint8 images and labels.
+
+        ``threads`` decode encoded (JPEG/PNG) records in parallel (see
+        :func:`lmdbio.datum.decode_records`).
+        """
+        return datum.decode_records(self.buffer, self.offsets, self.sizes, out=out,
+                                    threads=threads)

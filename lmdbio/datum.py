@@ -13,6 +13,7 @@ import threading
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from . import images
 from .errors import LmdbioError
 
 __all__ = ["Datum", "encode", "decode", "decode_image", "decode_many", "decode_records",
@@ -105,17 +106,16 @@ def encode_image_bytes(image_chw: np.ndarray, fmt: str = "JPEG", quality: int = 
 def decode_image(d: "Datum") -> np.ndarray:
     """The ``(c, h, w)`` uint8 image of a parsed Datum, decoding JPEG/PNG if needed."""
     if d.encoded:
-        from PIL import Image
-
-        with Image.open(io.BytesIO(d.data)) as im:
-            hwc = np.asarray(im)
-        if hwc.ndim == 2:
-            hwc = hwc[..., None]
-        return np.moveaxis(hwc, -1, 0)
+        return images.decode_chw(d.data)
     c, h, w = d.channels, d.height, d.width
     if len(d.data) != c * h * w:
         raise LmdbioError(f"Datum holds {len(d.data)} data bytes but its shape {c}x{h}x{w} needs {c * h * w}")
     return np.frombuffer(d.data, dtype=np.uint8).reshape(c, h, w)
+
+
+def _shape_of(d: "Datum") -> tuple[int, ...]:
+    """The ``(c, h, w)`` :func:`decode_image` gives for a parsed Datum (a JPEG's from its header)."""
+    return images.shape_of(d.data) if d.encoded else decode_image(d).shape
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -413,7 +413,9 @@ def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
         shape: ``(c, h, w)`` of every image; taken from the first record if None.
         out: optional preallocated ``(n, c, h, w)`` uint8 array to fill.
         threads: threads decoding the records protobuf takes (encoded JPEG/PNG
-            ones: Pillow releases the GIL); 1 decodes them in the caller.
+            ones: Pillow releases the GIL), the caller among them; 1 decodes
+            them in the caller alone. JPEGs are decoded straight into ``out``
+            (see :mod:`lmdbio.images`), with the pixels of :func:`decode_image`.
     Returns:
         ``(images (n, c, h, w) uint8, labels int64)``.
     """
@@ -449,7 +451,7 @@ def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
     if out is None:
         if shape is None:
             shape = tpl[2] if tpl is not None else \
-                decode_image(decode(buf[offsets[0]:offsets[0] + sizes[0]])).shape
+                _shape_of(decode(buf[offsets[0]:offsets[0] + sizes[0]]))
         out = np.empty((n, *shape), dtype=np.uint8)
     # Not the common batch: the record-by-record checks, with the first record's template.
     if tpl is None or tpl[2] != out.shape[1:]:
@@ -463,18 +465,44 @@ def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
     if len(fast):
         _gather(buf, offsets[fast] + tpl[0], fast, out)
     slow = np.flatnonzero(~ok).tolist()
-    if threads > 1 and len(slow) > 1:
-        # Pillow releases the GIL while it decodes, so encoded records decode in parallel.
-        errors = [e for e in _pool(threads).map(
-            lambda i: _decode_one(buf, offsets, sizes, i, out, labels), slow) if e is not None]
-        if errors:
-            raise errors[0]
-    else:
-        for i in slow:
-            err = _decode_one(buf, offsets, sizes, i, out, labels)
-            if err is not None:
-                raise err
+    err = _each(threads, slow, lambda i: _decode_one(buf, offsets, sizes, i, out, labels))
+    if err is not None:
+        raise err
     return out, labels
+
+
+def _each(threads: int, items: list, work):
+    """``work(i)`` for every i of ``items`` (ascending) on ``threads`` threads; the error of
+    the smallest item that returned one, or None.
+
+    Pillow releases the GIL while it decodes, so encoded records decode in
+    parallel. The caller is one of the threads and each takes the next item
+    from one shared iterator: no task per record, and a thread that the
+    machine slows down takes fewer.
+    """
+    if threads == 1 or len(items) < 2:
+        for i in items:
+            err = work(i)
+            if err is not None:
+                return err
+        return None
+    todo = iter(items)  # next() on a list iterator is atomic under the GIL
+    errors: dict = {}
+
+    def loop():
+        for i in todo:
+            err = work(i)
+            if err is not None:
+                errors[i] = err
+
+    helpers = [_pool(threads - 1).submit(loop) for _ in range(min(threads, len(items)) - 1)]
+    try:
+        loop()
+    finally:
+        for f in helpers:  # a helper that has not started finds nothing left: drop it
+            if not f.cancel():
+                f.result()
+    return errors[min(errors)] if errors else None
 
 
 _POOLS: dict = {}
@@ -500,15 +528,20 @@ def _decode_one(buf, offsets, sizes, i: int, out: np.ndarray, labels: np.ndarray
     except Exception as exc:
         return LmdbioError(f"record {i} of the batch is not a Caffe Datum ({exc})")
     try:
-        img = decode_image(d)
+        if d.encoded:  # decoded straight into out[i] when it has the shape
+            shape = images.decode_into(d.data, out[i])
+        else:
+            img = decode_image(d)
+            shape = img.shape
+            if shape == out.shape[1:]:
+                out[i] = img
     except LmdbioError as exc:
         return LmdbioError(f"record {i}: {exc}")
     except Exception as exc:  # Pillow's errors on a damaged JPEG/PNG
         return LmdbioError(f"record {i} holds an encoded image Pillow cannot decode ({exc})")
-    if img.shape != out.shape[1:]:
-        return LmdbioError(f"record {i} has image shape {img.shape}, expected {out.shape[1:]}; "
+    if shape != out.shape[1:]:
+        return LmdbioError(f"record {i} has image shape {shape}, expected {out.shape[1:]}; "
                            "images of different sizes cannot share one array")
-    out[i] = img
     labels[i] = d.label
     return None
 
