@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["Layout", "positions_touched", "positions_runs", "chunk_runs", "coalesce_batches",
-           "plan_extents", "slot_bytes", "record_indices", "runs_of"]
+           "plan_extents", "slot_bytes", "record_indices", "stream_block", "runs_of"]
 
 
 def positions_touched(n: int, batch: int, lo: int, count: int) -> np.ndarray:
@@ -63,6 +63,17 @@ def record_indices(first: int, count: int, n: int) -> np.ndarray:
     return idx
 
 
+def stream_block(t: int, k: int, batch: int, lo: int, count: int, n: int) -> np.ndarray:
+    """Row ``i`` of the result: :func:`record_indices` of batch ``t + i``'s ``count`` records
+    from offset ``lo`` in the endless stream, for ``k`` batches: one numpy pass per chunk
+    instead of one per batch (a few microseconds a batch where ranks read 16 records)."""
+    first = (np.arange(t, t + k, dtype=np.int64) * batch + lo)[:, None]
+    idx = first + np.arange(count, dtype=np.int64)
+    if idx.size and idx[-1, -1] >= n:
+        idx %= n
+    return idx
+
+
 def slot_bytes(records: int, mean_size: float) -> int:
     """Room for one chunk's records: their bytes at the mean record size, a quarter more
     (records vary), and 64 KiB (extents read the holes between records too)."""
@@ -107,6 +118,9 @@ class Layout:
 
     def chunk_positions(self, chunk: int) -> np.ndarray:
         """The positions this reader reads in ``chunk`` (its ``k`` batches), in order."""
+        if self.rows is None:
+            return stream_block(chunk * self.k, self.k, self.batch, self.lo, self.count,
+                                self.n).ravel()
         ts = range(chunk * self.k, chunk * self.k + self.k)
         return np.concatenate([self.positions(t) for t in ts])
 

@@ -180,3 +180,21 @@ def test_plan_extents_covers_records_with_fewest_reads():
     assert list(where) == [80, 130, 4130, 0, 7130]
     assert positions_runs(8, 5, 10) == [(8, 2), (0, 3)]
     assert positions_runs(3, 25, 10) == [(3, 7), (0, 10), (0, 8)]
+
+
+@pytest.mark.parametrize("t,k,batch,lo,count,n", [(0, 4, 12, 3, 3, 50), (3, 8, 12, 0, 12, 50),
+                                                  (7, 2, 64, 48, 16, 700), (0, 1, 5, 0, 5, 5)])
+def test_stream_block_is_record_indices_batch_by_batch(t, k, batch, lo, count, n):
+    """One numpy pass per chunk gives each batch's positions as the per-batch rule does,
+    across the end of the file too (the stream wraps modulo n)."""
+    from lmdbio.plan import Layout, record_indices, stream_block
+
+    block = stream_block(t, k, batch, lo, count, n)
+    assert block.shape == (k, count) and block.dtype == np.int64
+    for i in range(k):
+        assert block[i].tolist() == record_indices((t + i) * batch + lo, count, n).tolist()
+    lay = Layout(n, batch, lo, count, k)
+    for c in range(3):
+        want = np.concatenate([record_indices(u * batch + lo, count, n)
+                               for u in range(c * k, c * k + k)])
+        assert lay.chunk_positions(c).tolist() == want.tolist()

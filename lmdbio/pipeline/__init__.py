@@ -39,7 +39,7 @@ from dataclasses import replace
 
 from ..batch import Batch
 from ..options import EXTRA_VARIANTS, VARIANTS, Options, parse_variant
-from ..plan import Layout, record_indices, slot_bytes
+from ..plan import Layout, slot_bytes, stream_block
 from ..shuffle import record_windows
 from .coalesce import Coalesce
 from ..errors import ConfigurationError
@@ -133,6 +133,7 @@ class Pipeline:
         self.epoch: EpochRows | None = None
         self._all_positions = False          # the locator's tables cover every record
         self._chunk = -1
+        self._indices: tuple = (-1, None)   # (chunk, this rank's stream indices of its batches)
 
     # -- setup: prepare, open (inside the Reader's snapshot agreement), setup
     def prepare(self, path) -> None:
@@ -209,8 +210,10 @@ class Pipeline:
             self._chunk = chunk
         share, r = self.per_rank, self.comm.rank
         if lay.rows is None:
-            return self.distributor.batch(chunk, it, record_indices(t * lay.batch + r * share,
-                                                                    share, lay.n))
+            if self._indices[0] != chunk:   # this rank's indices of the chunk's k batches
+                self._indices = (chunk, stream_block(chunk * lay.k, lay.k, lay.batch, r * share,
+                                                     share, lay.n))
+            return self.distributor.batch(chunk, it, self._indices[1][it])
         i = t - lay.t0
         b = self.distributor.batch(chunk, it, lay.rows[i, r * share:(r + 1) * share])
         keep = self.epoch.kept(i, r, share)
