@@ -8,11 +8,12 @@ batches than one epoch (wrap-around). Exit status 1 on any mismatch.
 import argparse
 import sys
 
-import lmdb
 import numpy as np
 from mpi4py import MPI
 
 import lmdbio
+
+from stored import ranks_per_node, stored_values
 
 p = argparse.ArgumentParser()
 p.add_argument("dbs", nargs="+")
@@ -28,17 +29,14 @@ comm = MPI.COMM_WORLD
 failures = []
 checked = 0
 for db in args.dbs:
-    env = lmdb.open(db, readonly=True, lock=False)
-    with env.begin() as txn:
-        expected = [bytes(v) for _, v in txn.cursor()]
-    env.close()
+    expected = stored_values(db)
     n = len(expected)
     B = args.per_rank * comm.size
     batches = -(-n // B) + args.extra
     for variant in args.variants.split(","):
         for topo in args.topologies.split(","):
             rpn_s, rpr_s = topo.split(":")
-            rpn = None if rpn_s == "None" else int(rpn_s)
+            rpn = ranks_per_node(rpn_s)
             with lmdbio.Reader(db, B, comm, variant=variant, ranks_per_node=rpn,
                                readers_per_node=int(rpr_s), coalesce_bytes=args.coalesce_bytes,
                                stagger_size=args.stagger_size, build_provenance=True) as r:

@@ -9,12 +9,13 @@ rank is not in its own node's cgroup.
 import sys
 from pathlib import Path
 
-import lmdb
 import numpy as np
 from mpi4py import MPI
 
 import lmdbio
 from lmdbio.storage import join_node
+
+from stored import stored_values
 
 template, source, rpn, variants = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 comm = MPI.COMM_WORLD
@@ -26,10 +27,7 @@ failures = []
 if not any(line.endswith("/" + Path(cgroup).parent.name + f"/node{node}") for line in mine):
     failures.append(f"rank {comm.rank} is in {mine}, not {cgroup}")
 
-env = lmdb.open(source, readonly=True, lock=False)
-with env.begin() as txn:
-    expected = [bytes(v) for _, v in txn.cursor()]
-env.close()
+expected = stored_values(source)
 n, per_rank = len(expected), 8
 B = per_rank * comm.size
 checked = 0

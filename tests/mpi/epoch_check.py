@@ -14,12 +14,13 @@ import argparse
 import sys
 from collections import Counter
 
-import lmdb
 import numpy as np
 from mpi4py import MPI
 
 import lmdbio
 from lmdbio import shuffle as sh
+
+from stored import ranks_per_node, stored_values
 
 p = argparse.ArgumentParser()
 p.add_argument("db")
@@ -36,10 +37,7 @@ p.add_argument("--prefetch", type=int, default=0)
 args = p.parse_args()
 
 comm = MPI.COMM_WORLD
-env = lmdb.open(args.db, readonly=True, lock=False)
-with env.begin() as txn:
-    expected = [bytes(v) for _, v in txn.cursor()]
-env.close()
+expected = stored_values(args.db)
 n = len(expected)
 B = args.per_rank * comm.size
 SHUFFLE = (True if args.mode == "window" else args.mode) if args.shuffle else False
@@ -47,7 +45,7 @@ failures = []
 for variant in args.variants.split(","):
     for topo in args.topologies.split(","):
         rpn_s, rpr_s = topo.split(":")
-        rpn = None if rpn_s == "None" else int(rpn_s)
+        rpn = ranks_per_node(rpn_s)
         for policy in args.policies.split(","):
             what = f"{variant} {topo} {policy} shuffle={SHUFFLE} prefetch={args.prefetch}"
             seen = []

@@ -24,7 +24,6 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import lmdb
 import numpy as np
 from mpi4py import MPI
 
@@ -34,13 +33,12 @@ from lmdbio.index import build_index
 from lmdbio.provenance import from_index, sidecar_path, write_provenance
 from lmdbio.verified import cache_dir
 
+from stored import ranks_per_node, stored_values
+
 db, rpn_s, variant = sys.argv[1], sys.argv[2], sys.argv[3]
-rpn = None if rpn_s == "None" else int(rpn_s)
+rpn = ranks_per_node(rpn_s)
 comm = MPI.COMM_WORLD
-env = lmdb.open(db, readonly=True, lock=False)
-with env.begin() as txn:
-    expected = [bytes(v) for _, v in txn.cursor()]
-env.close()
+expected = stored_values(db)
 n, per = len(expected), 4
 B = per * comm.size
 data = Path(db) / "data.mdb"

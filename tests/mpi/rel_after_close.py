@@ -8,18 +8,16 @@ with the database. A segfault here is the bug this checks for.
 
 import sys
 
-import lmdb
 import numpy as np
 from mpi4py import MPI
 
 import lmdbio
 
+from stored import stored_values
+
 db, variant = sys.argv[1], sys.argv[2]
 comm = MPI.COMM_WORLD
-env = lmdb.open(db, readonly=True, lock=False)
-with env.begin() as txn:
-    expected = [bytes(v) for _, v in txn.cursor()]
-env.close()
+expected = stored_values(db)
 r = lmdbio.Reader(db, 4 * comm.size, comm, variant=variant)
 kept = [r.read_batch() for _ in range(2)]
 view = kept[0][1]

@@ -9,20 +9,18 @@ type and message the Reader raised there.
 
 import sys
 
-import lmdb
 import numpy as np
 from mpi4py import MPI
 
 import lmdbio
 from lmdbio.errors import LmdbioError
 
+from stored import ranks_per_node, stored_values
+
 db, rpn_s, variants = sys.argv[1], sys.argv[2], sys.argv[3:]
-rpn = None if rpn_s == "None" else int(rpn_s)
+rpn = ranks_per_node(rpn_s)
 comm = MPI.COMM_WORLD
-env = lmdb.open(db, readonly=True, lock=False)
-with env.begin() as txn:
-    expected = [bytes(v) for _, v in txn.cursor()]
-env.close()
+expected = stored_values(db)
 n, per = len(expected), 4
 B = per * comm.size
 for variant in variants:

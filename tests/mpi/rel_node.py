@@ -8,18 +8,16 @@ the rank's node and deliver the right records.
 
 import sys
 
-import lmdb
 import numpy as np
 from mpi4py import MPI
 
 import lmdbio
 
+from stored import stored_values
+
 root, name = sys.argv[1], sys.argv[2]
 comm = MPI.COMM_WORLD
-env = lmdb.open(f"{root}/node0/{name}", readonly=True, lock=False)
-with env.begin() as txn:
-    expected = [bytes(v) for _, v in txn.cursor()]
-env.close()
+expected = stored_values(f"{root}/node0/{name}")
 per_rank = 4
 B = per_rank * comm.size
 problems = []
