@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -159,10 +160,16 @@ def _no_leftover_mpich_segments():
     yield
     if not shm.is_dir():
         return
-    in_use = set()
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            in_use |= shm_files(proc.name)
-    for f in set(shm.glob("mpich_shm_*")) - before:
-        if str(f) not in in_use:
+    # A job aborted by the last tests may still be ending: give its ranks a few seconds.
+    deadline = time.monotonic() + 5.0
+    while True:
+        in_use = set()
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                in_use |= shm_files(proc.name)
+        left = set(shm.glob("mpich_shm_*")) - before
+        for f in left - {Path(p) for p in in_use}:
             f.unlink(missing_ok=True)
+        if not left & {Path(p) for p in in_use} or time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
