@@ -265,6 +265,13 @@ def position_correlation(order_a: np.ndarray, order_b: np.ndarray) -> float:
     return float(np.corrcoef(pos_a, pos_b)[0, 1])
 
 
+def _order_stats(o0: np.ndarray, o1: np.ndarray, batch_size: int) -> dict:
+    """The statistics both tables report for epoch 0's order ``o0`` (and epoch 1's ``o1``)."""
+    return {"mean_distance": mean_batch_distance(o0, batch_size),
+            "adjacent": adjacent_fraction(o0, batch_size),
+            "epoch_correlation": position_correlation(o0, o1)}
+
+
 def randomness_table(n: int, batch_size: int, chunks, windows, seed: int = 0) -> list[dict]:
     """Randomness of the orders for each (chunk, window): one row each, plus the two extremes.
 
@@ -285,12 +292,12 @@ def randomness_table(n: int, batch_size: int, chunks, windows, seed: int = 0) ->
         else:
             o0 = epoch_order(n, chunk, window, seed, 0)
             o1 = epoch_order(n, chunk, window, seed, 1)
-        dist = mean_batch_distance(o0, batch_size)
+        stats = _order_stats(o0, o1, batch_size)
         rows.append({"chunk": chunk, "window": window, "records_per_window": min(n, chunk * window)
                      if chunk else 0,
-                     "note": note, "mean_distance": dist, "distance_vs_uniform": dist / (n / 3),
-                     "adjacent": adjacent_fraction(o0, batch_size),
-                     "epoch_correlation": position_correlation(o0, o1)})
+                     "note": note, "mean_distance": stats["mean_distance"],
+                     "distance_vs_uniform": stats["mean_distance"] / (n / 3),
+                     "adjacent": stats["adjacent"], "epoch_correlation": stats["epoch_correlation"]})
     return rows
 
 
@@ -315,12 +322,13 @@ def mode_table(n: int, batch_size: int, chunks, windows, nprocs=(1, 4, 16), seed
                     else:
                         o0, o1 = (shard_order(n, chunk, window, seed, e, batch_size, p, policy)
                                   for e in (0, 1))
+                    stats = _order_stats(o0, o1, batch_size)
                     rows.append({"mode": mode, "nprocs": p, "chunk": chunk, "window": window,
                                  "records_per_window": min(n, chunk * window),
-                                 "mean_distance": mean_batch_distance(o0, batch_size),
+                                 "mean_distance": stats["mean_distance"],
                                  "share_distance": mean_share_distance(o0, batch_size, p),
-                                 "adjacent": adjacent_fraction(o0, batch_size),
-                                 "epoch_correlation": position_correlation(o0, o1)})
+                                 "adjacent": stats["adjacent"],
+                                 "epoch_correlation": stats["epoch_correlation"]})
     return rows
 
 

@@ -156,3 +156,11 @@ def test_shard_epochs_sixteen_ranks_on_virtual_nodes(db):
                   "--mode", "shard", "--variants", "lmdbio-lmm-dio-prov-coal,lmdbio-direct",
                   timeout=400)
     assert "0 failures" in out.stdout
+
+
+def test_a_shuffled_plan_without_its_chunk_is_refused():
+    """One default chunk (the pipeline's default_chunk), not a second one inside epoch_rows."""
+    with pytest.raises(ValueError, match="needs its chunk"):
+        epoch_rows(EpochPlan(shuffle="shard"), 203, 12, 3, 2, 1)
+    rows = epoch_rows(EpochPlan(), 203, 12, 3, 2, 1)   # file order has no chunks to size
+    assert rows.rows[:16].ravel().tolist() == list(range(192))

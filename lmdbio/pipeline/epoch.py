@@ -111,10 +111,15 @@ class EpochRows:
 
 def epoch_rows(plan: EpochPlan, n: int, batch: int, nprocs: int, k: int, epoch: int) -> EpochRows:
     """Epoch ``epoch``'s rows for ``n`` records, global batches of ``batch``, ``k`` batches per
-    chunk. Raises ValueError for ``batch > n`` (one batch would repeat records)."""
+    pipeline chunk (the rows are padded to a multiple of it). A shuffled ``plan`` needs its
+    ``chunk`` (the pipeline sets :func:`default_chunk` where none was asked for). Raises
+    ValueError for ``batch > n`` (one batch would repeat records)."""
     nb = sh.num_batches(n, batch, plan.last_batch)
     sh._count("epoch", epoch, 0)
-    order = plan.order(n, plan.chunk or k * batch, epoch, batch, nprocs)
+    if plan.mode is not None and plan.chunk is None:
+        raise ValueError("a shuffled epoch's plan needs its chunk (records per shuffled chunk; "
+                         "default_chunk(n, batch, mean record size) is the Reader's default)")
+    order = plan.order(n, plan.chunk, epoch, batch, nprocs)
     full, rest = divmod(n, batch)
     rows = [order[:full * batch].reshape(full, batch)]
     share = batch // nprocs
