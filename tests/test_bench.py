@@ -230,6 +230,19 @@ def test_failing_point_is_reported_and_sweep_continues(db, tmp_path):
 
 
 @pytest.mark.mpi
+def test_a_failed_point_says_why_even_when_its_stderr_is_lost(db, tmp_path):
+    """mpiexec can end a job on MPI_Abort before it forwards the failing rank's
+    stderr (CI once got only "exit status 1"); the rank's own report file still
+    names the cause. Here hydra's -errfile-pattern discards stderr outright."""
+    pt = dict(bench.make_points([db], [], [2], ["warm"], 32, 2, baselines=False)[0],
+              variant="lmdbio-does-not-exist")
+    rows, stderr = bench.run_point_subprocess(pt, 0, tmp_path, timeout=120,
+                                              mpiexec_args=["-errfile-pattern", os.devnull])
+    assert "unknown variant" not in stderr          # the launcher really dropped it
+    assert rows[0]["status"] == "failed" and "unknown variant" in rows[0]["error"], rows[0]
+
+
+@pytest.mark.mpi
 def test_timeout_is_a_failed_point(db, tmp_path):
     pt = bench.make_points([db], [], [1], ["warm"], 32, 2, baselines=False)[0]
     rows, _ = bench.run_point_subprocess(pt, 0, tmp_path, timeout=0.01)

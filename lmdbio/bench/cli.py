@@ -145,11 +145,19 @@ def point_main(argv: list[str]) -> int:
                          pt["cache"], pt["compute_time"], pt["model_bytes"], pt["ranks_per_node"],
                          pt["readers_per_node"], pt["warmup"], repeat=cfg["repeat"],
                          measure=cfg.get("measure", True), storage=storage)
-    except BaseException:
+    except BaseException as exc:
         # One rank's failure must end the job, not leave the others in a collective.
-        sys.stderr.write(f"rank {comm.rank}: " + traceback.format_exc())
+        text = f"rank {comm.rank}: " + traceback.format_exc()
+        sys.stderr.write(text)
         sys.stderr.flush()
-        comm.Abort(1)
+        # Also to a file: mpiexec may end the job on Abort before it forwards this
+        # rank's stderr, and the sweep must still say what went wrong.
+        try:
+            Path(f"{res_file}.error.{comm.rank}").write_text(text)
+        except OSError:
+            pass
+        from ..reader import _abort_job
+        _abort_job(comm, exc)   # pauses so the launcher can forward the traceback first
         return 1
     if comm.rank == 0:
         tmp = Path(res_file + ".tmp")

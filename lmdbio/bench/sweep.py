@@ -86,8 +86,11 @@ def run_point_subprocess(point: dict, repeat: int, workdir: Path, timeout: float
         kill_job()  # interrupted sweep: leave no job behind
         raise
     if proc.returncode != 0 or not res_file.exists():
+        # The failing ranks' own reports first: stderr can be lost when mpiexec
+        # tears the job down on MPI_Abort.
+        reports = "".join(f.read_text() for f in sorted(workdir.glob(f"{tag}.rows.json.error.*")))
         err = (f"exit status {proc.returncode}: {shlex.join(cmd)}\n"
-               f"{_tail((stdout or '') + chr(10) + (stderr or ''))}")
+               f"{_tail(reports or (stdout or '') + chr(10) + (stderr or ''))}")
         return [failed_row(point, err, repeat)], stderr or ""
     rows = json.loads(res_file.read_text())["rows"]
     return rows, stderr or ""
