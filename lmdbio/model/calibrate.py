@@ -453,8 +453,6 @@ def _mpi_part(db: str, out: str) -> None:
     """
     from mpi4py import MPI
 
-    import lmdbio
-
     comm = MPI.COMM_WORLD
     rank = comm.rank
     res = {}
@@ -517,7 +515,6 @@ def run_calibration(workdir: str | os.PathLike | None = None, *, records: int = 
         db = make_dataset(tmp / "cifar10", preset="cifar10", records=records, progress=False)
         # Both copy sets larger than a last-level cache: copies run at memory speed, as a batch's.
         many = make_dataset(tmp / "cifar10-copy", preset="cifar10", records=24000, progress=False)
-        data = Path(db) / "data.mdb" if Path(db).is_dir() else Path(db)
         scratch = tmp / "scratch.bin"
         scratch_bytes = 64 << 20
         with open(scratch, "wb") as f:

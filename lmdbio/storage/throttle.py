@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Iterable, Mapping
+from typing import Mapping
 
 from ..errors import ConfigurationError, LmdbioError
 
