@@ -33,7 +33,7 @@ help:
 	@echo "make bench-issue6 - the full variants x P=1,4,16 x warm/cold sweep (about 15 min)"
 	@echo "make bench-issue15 - raw limit vs best/direct/auto/lmdb-get, warm and cold (about 4 min)"
 	@echo "make bench-pfs  - the cold sweep through the emulated GPFS (about 14 min)"
-	@echo "make bench-throttle - the cold sweep through throttled loop devices (root; about 10 min)"
+	@echo "make bench-throttle - the cold sweep through throttled loop devices (root; about 15 min)"
 	@echo "make bench-faulters - K = 1..16 processes faulting one cold file on a throttled device (root; about 1 min)"
 
 # Debian packages the emulated PFS (fuse3) and the dump tests (lmdb-utils) use; the Slurm

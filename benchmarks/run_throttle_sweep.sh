@@ -28,7 +28,8 @@ VARIANTS=${VARIANTS:-all}
 BATCH=${BATCH:-256}
 PROFILE=${PROFILE:-gpfs-2017}
 RANKS_PER_NODE=${RANKS_PER_NODE:-4}
-ITERS=${ITERS:-40}      # cold: each record read once, (1 + iters) * 256 <= 60,000
+ITERS=${ITERS:-160}     # cold: each record read once, (1 + iters + 64) * 256 <= 60,000; 40 was
+                        # too short at P = 16 (DIO +25%, raw -35% in the first ~40 batches)
 RECORDS=${RECORDS:-60000}
 
 why=$("$BIN/python" -c "from lmdbio.storage import throttle_available as a; ok, why = a(); print('' if ok else why)")
