@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -153,23 +152,8 @@ def _no_leftover_mpich_segments():
     shared-memory segments. Only segments new since the session started and
     mapped by no live process are removed.
     """
-    from lmdbio.cluster import shm_files
+    from lmdbio.cluster import mpich_segments, remove_orphan_segments
 
-    shm = Path("/dev/shm")
-    before = set(shm.glob("mpich_shm_*")) if shm.is_dir() else set()
+    before = mpich_segments()
     yield
-    if not shm.is_dir():
-        return
-    # A job aborted by the last tests may still be ending: give its ranks a few seconds.
-    deadline = time.monotonic() + 5.0
-    while True:
-        in_use = set()
-        for proc in Path("/proc").iterdir():
-            if proc.name.isdigit():
-                in_use |= shm_files(proc.name)
-        left = set(shm.glob("mpich_shm_*")) - before
-        for f in left - {Path(p) for p in in_use}:
-            f.unlink(missing_ok=True)
-        if not left & {Path(p) for p in in_use} or time.monotonic() > deadline:
-            return
-        time.sleep(0.2)
+    remove_orphan_segments(before)

@@ -218,8 +218,13 @@ def test_failing_point_is_reported_and_sweep_continues(db, tmp_path):
     bad_variant = dict(ok[0], variant="lmdbio-does-not-exist")
     gone = dict(ok[0], dataset=str(tmp_path / "vanished"))
     out = tmp_path / "res"
+    from lmdbio.cluster import mpich_segments
+
+    segments = mpich_segments()
     s = bench.run_sweep([bad_variant, gone] + ok, out, timeout=120, progress=False)
     assert len(s) == 3
+    # The two aborted jobs' MPICH segments are removed, not left in /dev/shm.
+    assert mpich_segments() - segments == set()
     by = s.set_index(s["variant"] + "@" + s["dataset"].astype(str))
     bad = by.loc[f"lmdbio-does-not-exist@{db}"]
     assert bad["status"] == "failed" and "unknown variant" in bad["error"]

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..cluster import mpiexec
+from ..cluster import mpich_segments, mpiexec, remove_orphan_segments
 from .limit import RAW
 from .point import variant_names
 from .stats import SUMMARY_COLUMNS, failed_row, summarize
@@ -65,6 +65,7 @@ def run_point_subprocess(point: dict, repeat: int, workdir: Path, timeout: float
            "lmdbio.bench", "_point", str(cfg_file), str(res_file)]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
+    segments = mpich_segments()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, start_new_session=True)
 
@@ -81,6 +82,7 @@ def run_point_subprocess(point: dict, repeat: int, workdir: Path, timeout: float
         kill_job()
         stdout, stderr = proc.communicate()
         err = f"timeout after {timeout:g} s: {shlex.join(cmd)}\n{_tail(stderr or '')}"
+        remove_orphan_segments(segments)   # killed ranks leave their MPICH segments
         return [failed_row(point, err, repeat)], stderr or ""
     except BaseException:
         kill_job()  # interrupted sweep: leave no job behind
@@ -91,6 +93,7 @@ def run_point_subprocess(point: dict, repeat: int, workdir: Path, timeout: float
         reports = "".join(f.read_text() for f in sorted(workdir.glob(f"{tag}.rows.json.error.*")))
         err = (f"exit status {proc.returncode}: {shlex.join(cmd)}\n"
                f"{_tail(reports or (stdout or '') + chr(10) + (stderr or ''))}")
+        remove_orphan_segments(segments)   # aborted ranks leave their MPICH segments
         return [failed_row(point, err, repeat)], stderr or ""
     rows = json.loads(res_file.read_text())["rows"]
     return rows, stderr or ""

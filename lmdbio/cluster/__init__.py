@@ -42,9 +42,11 @@ engine records, MPICH segments).
 
 from __future__ import annotations
 
-from .engines import ENGINE_ENV, engine_process, mpiexec, shm_files
+from .engines import (ENGINE_ENV, engine_process, mpich_segments, mpiexec,
+                      remove_orphan_segments, shm_files)
 from .mpicluster import EngineFailure, MPICluster, run_on_engines
 from .slurm import SLURM_CONFIG, slurm_settings
 
 __all__ = ["MPICluster", "run_on_engines", "slurm_settings", "SLURM_CONFIG", "EngineFailure",
-           "mpiexec", "engine_process", "shm_files", "ENGINE_ENV"]
+           "mpiexec", "engine_process", "shm_files", "mpich_segments",
+           "remove_orphan_segments", "ENGINE_ENV"]
