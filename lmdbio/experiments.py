@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["engine_info", "check_shared_memory", "ensure_dataset", "ensure_datasets", "page_types",
            "describe_dataset", "describe_datasets", "sweep", "reader_timeline", "sweep_timelines",
-           "prov_model_table", "pfs_unavailable", "emulated_pfs", "throttle_unavailable",
+           "prov_model_table", "pfs_unavailable", "emulated_pfs", "throttle_unavailable", "throttle_iters",
            "throttled_device", "setting_table", "settings_results", "model_series"]
 
 
@@ -427,6 +427,12 @@ def emulated_pfs(datasets_root: str | os.PathLike, points: list[dict], profile: 
             rel = str(Path(q["dataset"]).resolve().relative_to(root))
             q["storage"] = Storage(f"pfs:{profile}", m.mnt, rel, q.get("ranks_per_node"))
         yield pts
+
+
+def throttle_iters(cfg: dict, dataset: str) -> int:
+    """Timed iterations of a throttled-device point of ``dataset``: ``pfs_iters``,
+    raised to the scale's ``throttle_iters[dataset]`` where that is larger."""
+    return max(int(cfg["pfs_iters"]), int(cfg.get("throttle_iters", {}).get(dataset, 0)))
 
 
 def throttle_unavailable(cfg: dict | None = None) -> str | None:

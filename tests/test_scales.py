@@ -100,3 +100,17 @@ def test_cluster_kind(monkeypatch):
     assert scales.cluster_kind() == "mpi"
     monkeypatch.setenv(scales.CLUSTER_ENV, "slurm")
     assert scales.cluster_kind() == "slurm"
+
+
+def test_throttled_cifar10_points_run_long_enough_and_never_fewer_than_pfs_iters():
+    # A cold throttled CIFAR-10 point's first ~40 batches run off the device's steady rate
+    # (DM +75%, COAL's repeats 100% apart at 16 iterations): the default scale runs >= 96.
+    from lmdbio.experiments import throttle_iters
+
+    for nb in NOTEBOOK_SCALES:
+        for scale in SCALES:
+            cfg = settings(nb, scale)
+            assert throttle_iters(cfg, "imagenet") == cfg["pfs_iters"]
+            assert throttle_iters(cfg, "cifar10") >= cfg["pfs_iters"]
+    assert throttle_iters(settings("09_scaling", "default"), "cifar10") >= 96
+    assert throttle_iters(settings("07_coal", "large"), "cifar10") == 128   # pfs_iters wins
