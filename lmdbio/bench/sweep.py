@@ -90,7 +90,7 @@ def run_point_subprocess(point: dict, repeat: int, workdir: Path, timeout: float
     if proc.returncode != 0 or not res_file.exists():
         # The failing ranks' own reports first: stderr can be lost when mpiexec
         # tears the job down on MPI_Abort.
-        reports = "".join(f.read_text() for f in sorted(workdir.glob(f"{tag}.rows.json.error.*")))
+        reports = "".join(f.read_text() for f in sorted(workdir.glob(res_file.name + ".error.*")))
         err = (f"exit status {proc.returncode}: {shlex.join(cmd)}\n"
                f"{_tail(reports or (stdout or '') + chr(10) + (stderr or ''))}")
         remove_orphan_segments(segments)   # aborted ranks leave their MPICH segments
