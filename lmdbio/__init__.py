@@ -7,7 +7,7 @@ the same records.
 """
 
 from .errors import (AccessError, ConfigurationError, DatasetError, LmdbFormatError, LmdbioError,
-                     PeerError, PeerTimeoutError, ProvenanceError, SnapshotError,
+                     PeerError, PeerTimeoutError, ProvenanceError, ResourceError, SnapshotError,
                      StaleProvenanceError)
 from .options import EXTRA_VARIANTS, VARIANTS, Options, parse_variant
 
@@ -17,7 +17,7 @@ __all__ = [
     "VARIANTS", "EXTRA_VARIANTS", "Options", "parse_variant", "Reader", "Batch", "make_dataset",
     "LmdbioError", "LmdbFormatError", "ProvenanceError", "ConfigurationError",
     "DatasetError", "SnapshotError", "StaleProvenanceError", "AccessError", "PeerError",
-    "PeerTimeoutError",
+    "PeerTimeoutError", "ResourceError",
 ]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from . import datum
-from .errors import DatasetError
+from .errors import ConfigurationError, DatasetError
 
 __all__ = ["Preset", "PRESETS", "make_dataset", "estimate_bytes", "synthetic_images"]
 
@@ -110,13 +110,14 @@ def make_dataset(out: str | os.PathLike, preset: str = "cifar10", records: int =
     import lmdb
 
     if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+        raise ConfigurationError(f"unknown preset {preset!r}: preset must be one of "
+                                 f"{', '.join(PRESETS)}")
     if records <= 0:
-        raise ValueError(f"records must be positive, got {records}")
+        raise ConfigurationError(f"records must be a positive integer, got {records}")
     if commit_every <= 0:
-        raise ValueError(f"commit_every must be positive, got {commit_every}")
+        raise ConfigurationError(f"commit_every must be a positive integer, got {commit_every}")
     if lmdb_format not in ("0.9", "1.0"):
-        raise ValueError(f"lmdb_format must be '0.9' or '1.0', got {lmdb_format!r}")
+        raise ConfigurationError(f"lmdb_format must be '0.9' or '1.0', got {lmdb_format!r}")
     spec = PRESETS[preset]
     out = Path(out)
     data_file = out / "data.mdb"

@@ -7,6 +7,7 @@ __all__ = [
     "StaleProvenanceError",
     "ConfigurationError",
     "DatasetError",
+    "ResourceError",
     "AccessError",
     "SnapshotError",
     "PeerError",
@@ -40,6 +41,11 @@ class ConfigurationError(LmdbioError, ValueError):
 
 class DatasetError(LmdbioError):
     """A dataset cannot be made or read (exists already, no space, empty)."""
+
+
+class ResourceError(LmdbioError):
+    """The machine lacks room the Reader needs (shared memory in ``/dev/shm``); the message says
+    how much is needed, how much is free and what to change."""
 
 
 class SnapshotError(LmdbioError):

@@ -589,6 +589,8 @@ def leaf_table(pages: np.ndarray, pgnos: np.ndarray, meta: MetaInfo) -> tuple[Le
         i = int(np.argmax((fl & F_DUPDATA) != 0))
         raise _fail(meta.path, int(pgnos[page_of[i]]), "DUPSORT node in the main DB; lmdbio reads "
                                                         "plain key/value databases only")
+    if (fl & F_SUBDATA).any():
+        raise _subdatabases(pages, page_of, ptr, ksize, fl, pgnos, meta)
     big = (fl & F_BIGDATA) != 0
     field = np.where(big, 8 if meta.format_version == 1 else 24, size)
     bad = data_pos + field > psize
@@ -610,6 +612,34 @@ def leaf_table(pages: np.ndarray, pgnos: np.ndarray, meta: MetaInfo) -> tuple[Le
                         f"is outside 2..{meta.last_pgno}")
         ov[big] = pg.astype(np.int64)
     return LeafNodes(ptr, ksize, fl, size, data_pos, ov), counts
+
+
+def _subdatabases(pages, page_of, ptr, ksize, fl, pgnos, meta) -> LmdbFormatError:
+    """The error for a main DB that holds named sub-databases (nodes flagged SUBDATA).
+
+    Such a node's value is the sub-database's 48-byte descriptor, not a record:
+    reading it as one would deliver the descriptor. A main DB with both plain
+    records and named sub-databases is refused too: which of them are "the
+    dataset" is not ours to guess.
+    """
+    sub = np.flatnonzero((fl & F_SUBDATA) != 0)
+    flat = pages.reshape(-1)
+    psize = pages.shape[1]
+    names = []
+    for i in sub[:8].tolist():
+        at = int(page_of[i]) * psize + int(ptr[i]) + 8
+        names.append(bytes(flat[at:at + int(ksize[i])]).decode("utf-8", "backslashreplace"))
+    more = f" and {len(sub) - len(names)} more" if len(sub) > len(names) else ""
+    plain = len(fl) - len(sub)
+    also = (f"; the same leaf pages also hold {plain} plain record(s), refused with them"
+            if plain else "")
+    return _fail(meta.path, int(pgnos[page_of[sub[0]]]),
+                 f"the main database holds named sub-database(s) "
+                 f"{', '.join(map(repr, names))}{more}{also}. lmdbio reads the records of the "
+                 "main (unnamed) database only, and would deliver each sub-database's 48-byte "
+                 "descriptor as a record. Write the records into the main database (py-lmdb: "
+                 "txn.put(key, value) without db=, as Caffe's convert_imageset does), or copy "
+                 "the named database's records into the main database of a new file")
 
 
 def leaf_nodes(page: bytes, meta: MetaInfo, pgno: int) -> LeafNodes:

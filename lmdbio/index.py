@@ -20,7 +20,7 @@ import numpy as np
 
 from . import format as fmt
 from . import verified
-from .errors import LmdbFormatError, SnapshotError
+from .errors import ConfigurationError, LmdbFormatError, SnapshotError
 
 __all__ = ["RecordIndex", "Snapshot", "build_index", "check_tree", "open_snapshot"]
 
@@ -215,19 +215,23 @@ def build_index(path, *, snapshot: Snapshot | None = None) -> RecordIndex:
         if snapshot.closed:
             raise SnapshotError(f"snapshot of {snapshot.path} is closed; open a new one")
         if os.path.realpath(f) != os.path.realpath(snapshot.path):
-            raise ValueError(f"snapshot is of {snapshot.path}, not {f}")
-    fd = os.open(f, os.O_RDONLY)
+            raise ConfigurationError(f"snapshot is of {snapshot.path}, not {f}; pass a snapshot "
+                                     "of the same file (or none)")
+    # A snapshot's own descriptor holds the file its transaction pins, whatever the path names now.
+    own = snapshot is None or snapshot.fd < 0
+    fd = os.open(f, os.O_RDONLY) if own else snapshot.fd
     try:
         meta = snapshot.meta if snapshot is not None else fmt.read_meta(fd, name=str(f))
         meta = _with_path(meta, str(f))
         index = _walk(fd, meta)
     finally:
-        os.close(fd)
+        if own:
+            os.close(fd)
     index.path = f
     return index
 
 
-def check_tree(path, *, retries: int = 20) -> fmt.MetaInfo:
+def check_tree(path, *, retries: int = 20, fd: int | None = None) -> fmt.MetaInfo:
     """Check the whole main DB tree the way :func:`build_index` walks it; returns the meta.
 
     Call this before handing a file to LMDB's C code: a cursor there trusts
@@ -243,12 +247,17 @@ def check_tree(path, *, retries: int = 20) -> fmt.MetaInfo:
     walk, so a failure is believed only when the meta's txnid did not change
     meanwhile; otherwise the walk is retried on the new version.
 
+    ``fd``: check the file open there (it stays open), not the one ``path``
+    names now; :func:`lmdbio.lmdbenv.acquire` passes the file LMDB mapped.
+
     Raises:
         LmdbFormatError: naming the file, the page and what is wrong.
         SnapshotError: a writer committed during every retry.
     """
-    f = fmt.db_file(path)
-    fd = os.open(f, os.O_RDONLY)
+    f = fmt.db_file(path) if fd is None else Path(path)
+    own = fd is None
+    if own:
+        fd = os.open(f, os.O_RDONLY)
     try:
         for _ in range(retries + 1):
             meta = fmt.read_meta(fd, name=str(f))
@@ -268,7 +277,8 @@ def check_tree(path, *, retries: int = 20) -> fmt.MetaInfo:
         raise SnapshotError(f"{f}: a writer committed during each of {retries + 1} checks of the "
                             f"tree (last problem seen: {last}); try again when it writes less")
     finally:
-        os.close(fd)
+        if own:
+            os.close(fd)
 
 
 def _with_path(meta: fmt.MetaInfo, path: str) -> fmt.MetaInfo:
@@ -292,8 +302,10 @@ class Snapshot:
         self.closed = False
         self._handle = acquire(self.path)
         self.locked = self._handle.locked
+        #: A descriptor of the file LMDB mapped (the Environment's; not to be closed here).
+        self.fd = self._handle.fd
         try:
-            self._txn, meta = begin_pinned(self._handle.env, self.path, retries)
+            self._txn, meta = begin_pinned(self._handle.env, self.path, retries, self.fd)
         except BaseException:
             self._handle.release()
             self.closed = True
@@ -323,6 +335,7 @@ class Snapshot:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            self.fd = -1
             try:
                 self._txn.abort()
             finally:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,6 +114,7 @@ class EnvHandle:
     path: Path          # the real data file
     locked: bool        # LMDB's reader lock is in force (a writer sees our slots)
     _key: tuple | None
+    fd: int = -1        # a descriptor of the very file LMDB mapped (read it, never close it)
 
     def release(self) -> None:
         key, self._key = self._key, None
@@ -125,10 +127,13 @@ class EnvHandle:
             entry[2] -= 1
             if entry[2] <= 0:
                 del _ENVS[key]
-                entry[0].close()
+                try:
+                    entry[0].close()
+                finally:
+                    os.close(entry[3])
 
 
-def acquire(path, *, max_readers: int = 126) -> EnvHandle:
+def acquire(path, *, max_readers: int = 126, check=None, tries: int = 5) -> EnvHandle:
     """A shared read-only Environment of the LMDB at ``path`` (dir or data file).
 
     Opened with a lock file where one can be used (so a writer cannot recycle
@@ -136,25 +141,61 @@ def acquire(path, *, max_readers: int = 126) -> EnvHandle:
     a warning). A lock file this call created is removed again when the open
     fails, so a failed open leaves the dataset directory as it was.
 
+    ``lmdb.open`` opens the path by name, so a file renamed into place in
+    between is not the one a check looked at. The file LMDB opened is
+    therefore compared (device and inode, of its own descriptor) with a
+    descriptor opened just before it; on a mismatch the open is tried again,
+    ``tries`` times in all. That descriptor stays open with the Environment
+    (:attr:`EnvHandle.fd`): whatever reads it reads the file LMDB mapped.
+
+    Args:
+        path: LMDB directory or data.mdb file.
+        max_readers: LMDB's reader table size (a new Environment only).
+        check: a tree check, called as ``check(real_path, fd=fd)`` on the file
+            LMDB mapped before this returns (:func:`lmdbio.index.check_tree`, passed
+            in so this module needs nothing from the index), as every caller that
+            lets LMDB's C code move a cursor must: it asserts (kills the process)
+            on some damaged pages. None: no check.
+        tries: opens before giving up when data.mdb keeps being replaced.
+
     Raises:
-        LmdbFormatError: LMDB refuses the file (damaged meta, wrong version).
+        LmdbFormatError: LMDB refuses the file (damaged meta, wrong version),
+            or ``check`` finds a damaged tree.
         LmdbioError: other code in this process (its own ``lmdb.open``) holds
-            the environment, or LMDB fails otherwise; the message says what to do.
+            the environment, data.mdb was replaced during every try, or LMDB
+            fails otherwise; the message says what to do.
         AccessError: the file or its directory cannot be read.
     """
-    import lmdb
-
     real, where, subdir = real_location(path)
     key = (os.getpid(), where, subdir)
     with _LOCK:
         entry = _ENVS.get(key)
         if entry is None:
-            meta = fmt.read_meta(real)
+            entry = _open_env(real, where, subdir, max_readers, check, tries)
+            _ENVS[key] = entry
+        elif check and not entry[4]:
+            check(real, fd=entry[3])
+            entry[4] = True
+        entry[2] += 1
+        return EnvHandle(entry[0], real, entry[1], key, entry[3])
+
+
+def _open_env(real: Path, where: str, subdir: bool, max_readers: int, check,
+              tries: int) -> list:
+    """``[env, locked, 0, fd, checked]``: a new Environment and a descriptor of the file it mapped."""
+    import lmdb
+
+    for _ in range(max(1, tries)):
+        fd = fmt.open_readonly(real)
+        keep = False
+        try:
+            meta = fmt.read_meta(fd, name=str(real))
             kwargs = dict(subdir=subdir, readonly=True, create=False, readahead=True,
                           lib_version=1 if meta.format_version == 3 else 0,
                           max_readers=max_readers, max_spare_txns=0)
             lock = lock_path(where, subdir)
             existed = os.path.exists(lock)
+            before = _open_fds()
             try:
                 try:
                     env = lmdb.open(where, lock=True, **kwargs)
@@ -179,23 +220,98 @@ def acquire(path, *, max_readers: int = 126) -> EnvHandle:
                     raise AccessError(f"{real}: permission denied opening the LMDB environment "
                                       f"({exc}); check read access to {where}") from exc
                 raise lmdb_error(exc, real, "opening the database") from exc
+            try:
+                same = _lmdb_opened(fd, real, before)
+                if same and check:
+                    check(real, fd=fd)
+            except BaseException:
+                env.close()
+                raise
+            if not same:
+                env.close()
+                continue   # renamed over between our open and LMDB's: try again
+            keep = True
             if not locked:
                 _warn_nolock(where)
-            entry = _ENVS[key] = [env, locked, 0]
-        entry[2] += 1
-        return EnvHandle(entry[0], real, entry[1], key)
+            return [env, locked, 0, fd, check is not None]
+        finally:
+            if not keep:
+                os.close(fd)
+    raise LmdbioError(f"{real} was replaced (another file renamed into its place) while it was "
+                      f"being opened, {max(1, tries)} times in a row; LMDB would have read a file "
+                      "nobody checked. Wait until whoever replaces it is done, then try again")
+
+
+def _open_fds() -> dict[int, tuple[int, int]] | None:
+    """This process's open descriptors and the file each holds (None without /proc/self/fd).
+
+    Listing the folder opens a descriptor of its own, closed again by the time
+    the list is read: numbers that no longer answer ``fstat`` are left out.
+    """
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    out = {}
+    for name in names:
+        try:
+            out[int(name)] = _identity(os.fstat(int(name)))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def _lmdb_opened(fd: int, real: Path, before: dict | None) -> bool:
+    """Whether the data file LMDB just opened is the file ``fd`` holds.
+
+    LMDB's descriptor is one of those opened since ``before`` (a new number,
+    or a number another thread closed and LMDB got) whose file is named
+    ``real``, or was, and is now deleted (renamed over). Each of those must be
+    ``fd``'s file, and there must be one: a file LMDB opened and someone then
+    renamed elsewhere is not found, and the caller tries again. Without /proc,
+    the path must still name ``fd``'s file after the open (blind to a file
+    swapped out and back in between).
+    """
+    want = _identity(os.fstat(fd))
+    after = _open_fds()
+    if before is None or after is None:
+        try:
+            return _identity(os.stat(real)) == want
+        except OSError:
+            return False
+    seen = False
+    for n, ident in sorted(after.items()):
+        if before.get(n) == ident:
+            continue
+        link = f"/proc/self/fd/{n}"
+        try:
+            name = os.readlink(link)
+            st = os.stat(link)
+        except OSError:
+            continue   # closed meanwhile: not LMDB's, which stays open
+        if name.removesuffix(" (deleted)") != str(real) or not stat.S_ISREG(st.st_mode):
+            continue
+        if _identity(st) != want:
+            return False
+        seen = True
+    return seen
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
 
 
 def _already_open(exc: Exception) -> bool:
     return "already open in this process" in str(exc)
 
 
-def begin_pinned(env, path, retries: int = 20):
+def begin_pinned(env, path, retries: int = 20, fd: int | None = None):
     """A read transaction on ``env`` and the meta page of the version it pins: ``(txn, meta)``.
 
     The meta whose txnid is the transaction's names the version's tree; when
     a writer committed twice between ``begin()`` and reading the metas, try
-    again (at most ``retries`` times, then SnapshotError).
+    again (at most ``retries`` times, then SnapshotError). ``fd``: read the
+    metas there (:attr:`EnvHandle.fd`, the file LMDB mapped), not at ``path``.
     """
     import lmdb
 
@@ -205,7 +321,8 @@ def begin_pinned(env, path, retries: int = 20):
         except lmdb.Error as exc:
             raise lmdb_error(exc, path, "beginning a read transaction") from exc
         tid = txn.id()
-        found = [m for m in fmt.meta_candidates(path) if m.txnid == tid]
+        found = [m for m in fmt.meta_candidates(path if fd is None else fd, name=str(path))
+                 if m.txnid == tid]
         if found:
             return txn, found[0]
         txn.abort()

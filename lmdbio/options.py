@@ -63,14 +63,12 @@ class Options:
     stagger_size: int | None = 0
 
     def __post_init__(self):
+        _check_size("coalesce_bytes", self.coalesce_bytes, none=False)
+        _check_size("stagger_size", self.stagger_size, none=True)
         if self.locate not in LOCATES:
             raise ConfigurationError(f"locate must be one of {LOCATES}, got {self.locate!r}")
         if self.fetch not in FETCHES:
             raise ConfigurationError(f"fetch must be one of {FETCHES}, got {self.fetch!r}")
-        if self.coalesce_bytes < 0:
-            raise ConfigurationError(f"coalesce_bytes must be >= 0, got {self.coalesce_bytes}")
-        if self.stagger_size is not None and self.stagger_size < 0:
-            raise ConfigurationError(f"stagger_size must be >= 0 or None, got {self.stagger_size}")
         pread_locates = ("index", "provenance")
         if self.fetch == "pread" and self.locate not in pread_locates:
             raise ConfigurationError(
@@ -130,7 +128,12 @@ def parse_variant(name: str, *, coalesce_bytes: int | None = None,
     ``lmdbio`` parses; impossible ones raise ConfigurationError.
     """
     if not isinstance(name, str):
-        raise TypeError(f"variant must be a string, got {type(name).__name__}")
+        raise ConfigurationError(f"variant must be a string (one of "
+                                 f"{', '.join(VARIANTS + EXTRA_VARIANTS)}), got {name!r} "
+                                 f"(a {type(name).__name__})")
+    # Checked whether or not the variant uses them, so a bad value never passes unseen.
+    _check_size("coalesce_bytes", coalesce_bytes, none=True)
+    _check_size("stagger_size", stagger_size, none=True)
     key = name.strip().lower()
     if key == "lmdb":
         return Options(localized=False)
@@ -241,14 +244,17 @@ def choose_auto(path, *, provenance: bool | None = None) -> tuple[str, str]:
 
 
 def check_batch_size(batch_size, nprocs: int) -> int:
-    """``batch_size`` as an int, or TypeError / ValueError saying what a valid one is."""
+    """``batch_size`` as an int, or ConfigurationError saying what a valid one is."""
     if isinstance(batch_size, bool) or not hasattr(type(batch_size), "__index__"):
-        raise TypeError(f"batch_size must be an integer, got {type(batch_size).__name__}")
+        raise ConfigurationError(f"batch_size must be an integer (positive, a multiple of the rank "
+                                 f"count, {nprocs}), got {batch_size!r} (a "
+                                 f"{type(batch_size).__name__})")
     batch_size = operator.index(batch_size)   # int, numpy integers
     if batch_size <= 0:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
+        raise ConfigurationError(f"batch_size must be positive (an integer, a multiple of the rank "
+                                 f"count, {nprocs}), got {batch_size}")
     if batch_size % nprocs:
-        raise ValueError(
+        raise ConfigurationError(
             f"batch_size {batch_size} does not divide among {nprocs} ranks; use a "
             f"multiple of {nprocs} (e.g. {max(1, batch_size // nprocs) * nprocs})")
     return batch_size
@@ -271,5 +277,15 @@ def resolve_variant(variant, options: Options | None, path, *, chooser: bool = T
     opts = options if options is not None else parse_variant(
         variant, coalesce_bytes=coalesce_bytes, stagger_size=stagger_size)
     if not isinstance(opts, Options):
-        raise TypeError("options must be an lmdbio.Options")
+        raise ConfigurationError(f"options must be an lmdbio.Options (or None, to use variant), "
+                                 f"got a {type(opts).__name__}")
     return opts, None
+
+
+def _check_size(name: str, value, *, none: bool) -> None:
+    """ConfigurationError naming ``name`` unless ``value`` is an integer >= 0 (or None)."""
+    if value is None and none:
+        return
+    if isinstance(value, bool) or not hasattr(type(value), "__index__") or value < 0:
+        also = " or None (the default)" if none else ""
+        raise ConfigurationError(f"{name} must be an integer >= 0{also}, got {value!r}")

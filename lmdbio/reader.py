@@ -8,16 +8,18 @@ import sys
 import threading
 import time
 
+import numpy as np
 from mpi4py import MPI
 
 from .batch import Batch
-from .collective import EXIT_TIMEOUT, agree, check_settings, collective, default_on_error, exit_timeout
-from .errors import LmdbioError, PeerError, PeerTimeoutError, SnapshotError
+from .collective import (EXIT_TIMEOUT, agree, allgather, check_settings, collective,
+                         default_on_error, exit_timeout, release_comms)
+from .errors import ConfigurationError, LmdbioError, PeerError, PeerTimeoutError, SnapshotError
 from .format import db_file, read_meta
 from .metrics import PhaseRecorder, totals_snapshot, with_total
 from .options import Options, check_batch_size, parse_variant, resolve_variant
 from .pipeline import EpochPlan, Pipeline
-from .topology import Topology, make_topology, node_number
+from .topology import Topology, check_node_args, make_topology, node_number
 from .waiting import timeout
 
 __all__ = ["Reader", "Batch", "collective"]
@@ -94,7 +96,10 @@ class Reader:
                  on_error: str | None = None, shuffle: bool | str = False, seed: int = 0,
                  shuffle_chunk: int | None = None, shuffle_window: int = 4,
                  last_batch: str = "short", prefetch: int = 0):
-        self.comm = comm = comm if comm is not None else MPI.COMM_WORLD
+        # The Reader talks on its own duplicate (its first collective call), so none of its
+        # messages meets the user's or another Reader's on the same communicator.
+        self.user_comm = comm if comm is not None else MPI.COMM_WORLD
+        self.comm = comm = self.user_comm.Dup()
         self.rank, self.nprocs = comm.rank, comm.size
         self._closed = True
         self._in_with = False
@@ -108,9 +113,13 @@ class Reader:
         self.pipe: Pipeline | None = None
         self._epoch = 0
         self._pf = None   # the epoch's Prefetch, while one runs
+        self._live = None   # (token, epoch number) of the epoch whose iterator is alive
+        self._taken: tuple[int, int] | None = None   # (epoch, batches taken) of the last epoch
+        self._deferred: LmdbioError | None = None   # raised by the next call (an epoch's end)
 
         def check_args():
             check_settings(on_error)
+            check_node_args(ranks_per_node, readers_per_node)
             self.epochs = EpochPlan(shuffle, seed, shuffle_chunk, shuffle_window, last_batch)
             self.batch_size = check_batch_size(batch_size, self.nprocs)
             f = db_file(str(path).replace("{node}", str(node)))
@@ -213,9 +222,16 @@ class Reader:
 
     # ------------------------------------------------------------- reading
     def read_batch(self) -> Batch:
-        """This rank's share of the next global batch."""
-        if self._closed:
-            raise LmdbioError("the Reader is closed")
+        """This rank's share of the next global batch of the endless stream (batch t holds
+        positions ``(t*B + j) mod N``); between epochs it goes on after the last epoch's rows."""
+        self._check_usable()
+        if self._live is not None:
+            raise ConfigurationError(
+                f"epoch {self._live[1]} is in progress on this Reader: take its batches from its "
+                "iterator, or close that iterator (it.close()) before calling read_batch()")
+        return self._next()
+
+    def _next(self) -> Batch:
         try:
             batch = self._pf.next() if self._pf is not None else self.pipe.read(self._t, self.rec)
         except Exception as exc:
@@ -227,30 +243,90 @@ class Reader:
         self._t += 1
         return batch
 
-    def epoch(self, e: int):
-        """This rank's batches of epoch ``e`` (every record once across the ranks under
-        ``"short"``). Collective: every rank iterates the same epochs."""
+    def _check_usable(self) -> None:
         if self._closed:
             raise LmdbioError("the Reader is closed")
-        k = self.pipe.layout.k
-        t0 = -(-self._t // k) * k   # epochs start on a chunk
-        rows = collective(self.comm, self.pipe.start_epoch, e, t0, self.rec)
-        self._t = t0
-        self._pf = self.pipe.prefetch(t0, t0 + rows.batches, self.rec)
+        err, self._deferred = self._deferred, None
+        if err is not None:
+            raise err
+
+    def epoch(self, e: int):
+        """This rank's batches of epoch ``e`` (every record once across the ranks under
+        ``"short"``). Collective: every rank iterates the same epochs and takes the same
+        number of batches of each (breaking out early is fine when every rank does it at
+        the same batch).
+
+        An epoch reads the rows from the first chunk after what was read before; the next
+        epoch (or :meth:`read_batch`) goes on after this epoch's last row, however many of
+        its batches were taken, so ranks that broke out early agree where reading goes on.
+        One epoch at a time: starting another while this one's iterator is alive raises
+        ConfigurationError.
+        """
+        self._check_usable()
+        token = object()
+        rows = self._start_epoch(e, token)
+        t0 = self._t
+        taken = 0
         try:
             for _ in range(rows.batches):
-                yield self.read_batch()
-        finally:   # the next epoch starts on the next chunk (past the padding rows)
-            self._stop_prefetch()
-            self.pipe.end_epoch()
+                batch = self._next()
+                taken += 1
+                yield batch
+        finally:
+            if self._live is not None and self._live[0] is token:
+                self._end_epoch(e, t0, len(rows.rows), taken)
 
-    def _stop_prefetch(self) -> None:
+    def _start_epoch(self, e: int, token):
+        """Agree with every rank on epoch ``e``'s start, then lay out its rows. Collective."""
+        k = self.pipe.layout.k
+        t0 = -(-self._t // k) * k   # epochs start on a chunk
+        problem = None
+        if self._live is not None:
+            problem = (f"epoch {self._live[1]} is still in progress on this Reader (its iterator "
+                       f"is alive): finish it or close it (it.close()) before starting epoch {e}")
+        elif isinstance(e, bool) or not isinstance(e, (int, np.integer)) or e < 0:
+            problem = f"epoch must be an int >= 0, got {e!r}"
+        views = allgather(self.comm, (problem, e, t0, self._taken),
+                          what=f"the start of epoch {e}")
+        bad = [(r, v[0]) for r, v in enumerate(views) if v[0] is not None]
+        if bad:
+            r, msg = bad[0]
+            raise ConfigurationError(msg if r == self.rank else f"rank {r}: {msg}")
+        parted = {(v[1], v[2], v[3]) for v in views}
+        if len(parted) > 1:
+            where = "; ".join(f"rank {r}: epoch {v[1]}" + (f" after taking {v[3][1]} batches of "
+                                                           f"epoch {v[3][0]}" if v[3] else "")
+                              for r, v in enumerate(views))
+            raise PeerError(
+                f"rank {self.rank}: the ranks parted ways before epoch {e} ({where}): every rank "
+                "must iterate the same epochs and take the same number of batches of each "
+                "(break out of an epoch at the same batch on every rank)")
+        rows = collective(self.comm, self.pipe.start_epoch, int(e), t0, self.rec)
+        self._t = t0
+        self._live = (token, int(e))
+        self._pf = self.pipe.prefetch(t0, t0 + rows.batches, self.rec)
+        return rows
+
+    def _end_epoch(self, e: int, t0: int, nrows: int, taken: int) -> None:
+        """Local: stop reading ahead (every rank's thread reads to the same bound), go back
+        to the stream after the epoch's last row. A problem is raised by the next call."""
+        self._live = None
+        self._taken = (int(e), taken)
+        try:
+            self._stop_prefetch(drain=True)
+        except LmdbioError as exc:
+            self._deferred = exc
+        finally:
+            self.pipe.end_epoch()
+            self._t = max(self._t, t0 + nrows)
+
+    def _stop_prefetch(self, drain: bool = False) -> None:
         pf, self._pf = self._pf, None
         if pf is not None:
-            pf.close()
-            # Chunks any rank's thread read are not read again; where the next read starts must
-            # not depend on how far this rank's own thread got (the ranks would part ways).
-            self._t = max(self._t, pf.bound)
+            # ``drain``: the thread reads on to its bound (the same on every rank that took
+            # the same batches), so every reader reads the same chunks and the hand-offs
+            # between ranks (shared slots, DM's ring, STAG's turns) stay in step.
+            pf.close(drain=drain)
 
     def set_epoch(self, e: int) -> None:   # as DistributedSampler's: what ``for b in reader`` reads
         self._epoch = e
@@ -308,6 +384,7 @@ class Reader:
         if self._closed:
             return True, [], None
         self._closed = True
+        self._live = None   # an epoch iterator dropped later must not touch the closed pipeline
         problem = None
         try:
             self._stop_prefetch()
@@ -323,19 +400,28 @@ class Reader:
         return present, failed_ranks, problem
 
     def _agree(self, failed: bool, limit: float) -> tuple[bool, list[int]]:
-        """Exchange "I failed" flags with every rank within ``limit`` seconds (see
+        """Find out within ``limit`` seconds whether every rank came and which failed (see
         :func:`lmdbio.collective.agree`); the ranks that did not come are :attr:`_missing`."""
         present, failed_ranks, self._missing = agree(self.comm, failed, limit)
+        # A rank that failed or did not come may have left messages in flight (a cursor, a
+        # turn, a report): then the communicators are parked at release, not freed.
+        self._settled = present and (not failed_ranks or self.nprocs == 1)
         return present, failed_ranks
 
     def _release(self, agree: bool = True) -> None:
+        settled = agree and getattr(self, "_settled", True)
         try:
             if self.pipe is not None:
                 self.pipe.release(timeout(), agree)
+        except BaseException:
+            settled = False   # a wait given up: its request may still be pending
+            raise
         finally:
-            if self.topology is not None:
-                self.topology.free()
-                self.topology = None
+            topo, self.topology = self.topology, None
+            comms = [] if topo is None else [topo.readers_comm, topo.group_comm, topo.node_comm]
+            # Freed only when nothing can be left in flight: MPI gives a freed communicator's
+            # context to the next one, where a late message would be taken as new.
+            release_comms([*comms, self.comm], settled)
 
     def __enter__(self) -> "Reader":
         self._in_with = True

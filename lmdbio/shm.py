@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import errno
+import mmap
+import os
 import sys
 
 import numpy as np
 from mpi4py import MPI
 
-from .errors import PeerError, PeerTimeoutError
+from .errors import PeerError, PeerTimeoutError, ResourceError
 from .waiting import completes_within, timeout, wait_word, wake_word, word_address
 
-__all__ = ["GroupBuffer", "prefault"]
+__all__ = ["GroupBuffer", "prefault", "populate", "shm_free", "SHM_DIR"]
+
+#: Where MPI-3 shared windows live on Linux: MPICH backs each with a file there, and a page
+#: touched past the free room of that tmpfs kills the process with SIGBUS.
+SHM_DIR = "/dev/shm"
+# Room kept free beyond the windows: MPI's own segments, page rounding, other groups.
+_SHM_MARGIN = 16 << 20
+# Linux 5.14+: fault pages in for writing, returning an error where a touch would be SIGBUS.
+_MADV_POPULATE_WRITE = 23
+_ADVICE = (f"Free room in {SHM_DIR} (remove files left by ended jobs, e.g. mpich_shm_*, or ask "
+           f"for a larger {SHM_DIR}), or make the slots smaller: a smaller batch_size or "
+           "coalesce_bytes, or prefetch=0; a per-rank variant (lmdbio-direct, lmdb) uses no "
+           "shared memory")
 
 # Windows that close() could not free because a peer had left: kept mapped
 # until the process ends, so a late view never faults.
@@ -25,7 +42,7 @@ _GROW, _NREC, _SEQ, _CTL_LEN = 0, 1, 2, 3
 class GroupBuffer:
     """Rotating shared-memory slots of one reader group (rank 0 of ``comm`` is the reader).
 
-    The reader fills the slot of chunk ``c`` (slot ``c % 3``) and publishes the
+    The reader fills the slot of chunk ``c`` (slot ``c % S`` of S slots) and publishes the
     records' (offset, size) pairs in a shared header; the group's ranks get
     zero-copy views. Hand-offs are sequence numbers in shared memory, not MPI
     barriers: each rank stores the chunk it asks for (its *ack*), the reader
@@ -33,7 +50,7 @@ class GroupBuffer:
     (:mod:`lmdbio.waiting`), so waiting ranks do not steal the reader's CPU.
 
     Lifetime: with S slots, the reader refills a slot (chunk ``c``) only once
-    every rank has asked for chunk ``c - S + 2``. A batch from chunk ``c - S``
+    every rank has asked for chunk ``c - S + 2`` (plus ``lag`` where ranks read ahead). A batch from chunk ``c - S``
     is then at least two ``read_batch()`` calls old, which is the documented
     lifetime: valid until the rank's second following ``read_batch()``. With
     S slots the reader can run S - 2 chunks ahead of the slowest rank, so a
@@ -56,10 +73,15 @@ class GroupBuffer:
     MIN_SLOTS = 4
 
     def __init__(self, comm: MPI.Comm, max_records: int, capacity: int, nslots: int = MIN_SLOTS,
-                 names: tuple[int, ...] | None = None, batches_per_chunk: int = 1):
-        if nslots < self.MIN_SLOTS:
-            raise ValueError(f"nslots must be at least {self.MIN_SLOTS}, got {nslots}")
+                 names: tuple[int, ...] | None = None, batches_per_chunk: int = 1,
+                 lag: int = 0):
+        if nslots < self.MIN_SLOTS + lag:
+            raise ValueError(f"nslots must be at least {self.MIN_SLOTS} + lag ({lag}), got {nslots}")
         self.nslots = int(nslots)
+        # Chunks a rank may still hold beyond the two the lifetime rule counts: a rank that
+        # reads ahead (prefetch depth d) asks for chunks up to d + 1 past the batches its
+        # caller still holds, so a slot is refilled only once every rank asked ``lag`` further.
+        self.lag = int(lag)
         self.comm = comm
         # World ranks of the group's members, for error messages.
         self.names = tuple(names) if names is not None else tuple(range(comm.size))
@@ -69,6 +91,13 @@ class GroupBuffer:
         self.max_records = int(max_records)
         self._hdr_len = _CTL_LEN + 2 * self.max_records
         n_hdr = self.nslots * self._hdr_len + 2 * comm.size + 2
+        if comm.size > 1:
+            # Window allocation is collective: the reader decides for its whole group.
+            short = self._no_room(n_hdr * 8 + self.nslots * max(int(capacity), 1),
+                                  f"{self.nslots} slots of {_size(capacity)} and their header")
+            short = comm.bcast(short if self.is_reader else None, root=0)
+            if short:
+                raise ResourceError(f"rank {self.names[comm.rank]}: {short}")
         self._hdr_win = self._allocate(n_hdr * 8)
         flat = self._view(self._hdr_win, np.int64)
         self.header = flat[:self.nslots * self._hdr_len].reshape(self.nslots, self._hdr_len)
@@ -86,21 +115,52 @@ class GroupBuffer:
         # Futex word addresses, looked up once (numpy's .ctypes is slow).
         self._seq_addr = [word_address(flat, k * self._hdr_len + _SEQ) for k in range(self.nslots)]
         self._ack_addr = [word_address(self.acks, r) for r in range(comm.size)]
+        self._wins = [self._allocate(max(int(capacity), 1)) for _ in range(self.nslots)]
+        self._data = [self._view(w, np.uint8) for w in self._wins]
+        self._old: list = []
+        self._old_data: list = []
+        self._prefault(flat)
         if self.is_reader:
             flat[:] = 0
             self.acks[:] = -1
-        self._wins = [self._allocate(max(int(capacity), 1)) for _ in range(self.nslots)]
-        self._data = [self._view(w, np.uint8) for w in self._wins]
-        self._prefault()
-        self._old: list = []
-        self._old_data: list = []
         self.comm.Barrier()
 
-    def _prefault(self) -> None:
-        """Touch every page of the slots once, so the first batches do not pay the page
-        faults (the reader writes, the members map the pages by reading them)."""
-        for d in self._data:
-            prefault(d, write=self.is_reader)
+    def _prefault(self, header: np.ndarray) -> None:
+        """Fault every page of the windows in once, so the first batches do not pay the page
+        faults (the reader writes, the members map the pages by reading them).
+
+        The reader populates the pages first, where the kernel can say "no room" instead of
+        killing the process with SIGBUS (another group or job filled /dev/shm since the free
+        space was checked); the group learns the outcome, and every rank raises ResourceError.
+        """
+        if self.comm.size == 1:
+            for d in self._data:
+                prefault(d)
+            return
+        ok = True
+        if self.is_reader:
+            for d in [header.view(np.uint8), *self._data]:
+                done = populate(d)
+                if done is False:
+                    ok = False
+                    break
+                if done is None:
+                    prefault(d)
+        if not self.comm.bcast(ok, root=0):
+            wins = [self._hdr_win, *self._wins]
+            total = sum(d.nbytes for d in self._data) + header.nbytes
+            self._wins, self._data = [], []
+            self.header = self.acks = self.asleep = self.failed = self.waiting_on = None
+            del header
+            _free(wins)
+            raise ResourceError(
+                f"rank {self.names[self.comm.rank]}: the reader group {list(self.names)} "
+                f"(reader: rank {self.names[0]}) could not fault in its {_size(total)} of shared "
+                f"memory in {SHM_DIR}: it ran out of room ({_size(shm_free() or 0)} free now; "
+                f"other groups or jobs may be filling it). {_ADVICE}")
+        if not self.is_reader:
+            for d in self._data:
+                prefault(d, write=False)
 
     def _batches(self, chunk: int) -> str:
         k = self.batches_per_chunk
@@ -125,6 +185,16 @@ class GroupBuffer:
     def capacity(self, slot: int) -> int:
         return self._data[slot].nbytes
 
+    def _no_room(self, nbytes: int, what: str) -> str:
+        """Reader: why ``nbytes`` more of shared memory do not fit in /dev/shm ("" when they do)."""
+        free = shm_free()
+        if free is None or nbytes + _SHM_MARGIN <= free:
+            return ""
+        return (f"the reader group {list(self.names)} (reader: rank {self.names[0]}) needs "
+                f"{_size(nbytes)} of shared memory in {SHM_DIR} for {what} (plus "
+                f"{_size(_SHM_MARGIN)} kept free), and only {_size(free)} is free there. "
+                f"{_ADVICE}")
+
     def _grow(self, slot: int, nbytes: int) -> None:
         self._old.append(self._wins[slot])
         self._old_data.append(self._data[slot])
@@ -146,7 +216,7 @@ class GroupBuffer:
         """
         slot = chunk % self.nslots
         if chunk >= self.nslots and self.comm.size > 1:
-            need = chunk - self.nslots + 2
+            need = chunk - self.nslots + 2 + self.lag
             failed = self.failed
             for m in range(1, self.comm.size):
                 if self.acks[m] >= need:
@@ -164,11 +234,30 @@ class GroupBuffer:
                 self.waiting_on[0] = 0
         if nbytes > self.capacity(slot):
             new = max(int(nbytes), 2 * self.capacity(slot))
-            self.header[slot, _GROW] = new
+            short = ""
+            if self.comm.size > 1 and self._no_room(new, "a slot"):
+                new = int(nbytes)   # just what the chunk needs, if that fits
+                short = self._no_room(new, f"slot {slot} grown to {_size(new)} for chunk {chunk}")
+            # A negative size tells the members the group cannot grow: they raise too.
+            self.header[slot, _GROW] = -new if short else new
             self._fence()
             self.header[slot, _SEQ] = 2 * chunk + 1
             self._wake_members(slot)
+            if short:
+                raise ResourceError(f"rank {self.names[0]} (reader): {short}")
             self._grow(slot, new)
+            if self.comm.size > 1:
+                done = populate(self._data[slot])
+                if done is None:
+                    prefault(self._data[slot])
+                elif not done:
+                    # The members wait for this chunk: they find the negative size, and raise.
+                    self.header[slot, _GROW] = -new
+                    self.abandon()
+                    raise ResourceError(
+                        f"rank {self.names[0]} (reader): the reader group {list(self.names)} "
+                        f"could not fault in slot {slot} grown to {_size(new)} in {SHM_DIR}: it "
+                        f"ran out of room ({_size(shm_free() or 0)} free now). {_ADVICE}")
         return self._data[slot]
 
     def publish(self, chunk: int, offsets: np.ndarray, sizes: np.ndarray) -> None:
@@ -208,16 +297,44 @@ class GroupBuffer:
         seq = wait_word(h, _SEQ, lambda v: v >= 2 * chunk + 1 or failed[0] != 0, mine, self._fence,
                         addr, limit=self.timeout, what=what)
         if seq < 2 * chunk + 1:
-            self._check_failed()
+            self._fence()   # the reader may have announced, then given up: read the word again
+            seq = int(h[_SEQ])
+            if seq < 2 * chunk + 1:
+                self._check_failed()
+        if seq > 2 * chunk + 2:
+            self._parted(chunk, seq)
         self._fence()
         if seq == 2 * chunk + 1:
+            self._check_grown(slot, chunk)
             self._grow(slot, int(h[_GROW]))
             seq = wait_word(h, _SEQ, lambda v: v >= 2 * chunk + 2 or failed[0] != 0, mine,
                             self._fence, addr, limit=self.timeout, what=what)
             if seq < 2 * chunk + 2:
+                self._fence()
+                self._check_grown(slot, chunk)
                 self._check_failed()
+            if seq > 2 * chunk + 2:
+                self._parted(chunk, seq)
             self._fence()
         return self.current(chunk)
+
+    def _parted(self, chunk: int, seq: int) -> None:
+        """The slot holds a later chunk than the one asked for: the reader read past it."""
+        raise PeerError(
+            f"rank {self.names[self.comm.rank]}: asked its reader, rank {self.names[0]}, for "
+            f"{self._batches(chunk)} (chunk {chunk}), but the reader went on to chunk "
+            f"{(seq - 1) // 2}: the ranks parted ways (they took different numbers of batches); "
+            "every rank must call read_batch() or take epoch batches the same number of times")
+
+    def _check_grown(self, slot: int, chunk: int) -> None:
+        """Member: raise ResourceError if the reader announced it cannot grow ``slot``."""
+        grow = int(self.header[slot, _GROW])
+        if grow < 0:
+            raise ResourceError(
+                f"rank {self.names[self.comm.rank]}: its reader, rank {self.names[0]}, could not "
+                f"grow the reader group's shared slot to {_size(-grow)} for "
+                f"{self._batches(chunk)}: {SHM_DIR} lacks the room ({_size(shm_free() or 0)} "
+                f"free; see the reader's error). {_ADVICE}")
 
     def current(self, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(data, offsets, sizes) of what ``chunk``'s slot holds now (no synchronization)."""
@@ -322,6 +439,53 @@ class GroupBuffer:
             del arrays[:]
             _free(wins)
         parked[:] = keep
+
+
+def shm_free(directory: str = SHM_DIR) -> int | None:
+    """Bytes free in ``directory`` (a tmpfs) for this user, or None where it does not exist."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def populate(buf: np.ndarray) -> bool | None:
+    """Fault every page of ``buf`` in for writing, without the risk of SIGBUS.
+
+    True when done; False when the memory behind ``buf`` is not there (a full
+    tmpfs, where touching the pages would kill the process); None where the
+    kernel cannot (before Linux 5.14): :func:`prefault` then touches them.
+    """
+    if not buf.nbytes:
+        return True
+    page = mmap.PAGESIZE
+    # The pages holding buf's first and last bytes are mapped whole: round out to them.
+    start = buf.ctypes.data // page * page
+    end = -(-(buf.ctypes.data + buf.nbytes) // page) * page
+    madvise = _libc().madvise
+    while True:
+        if madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_POPULATE_WRITE) == 0:
+            return True
+        err = ctypes.get_errno()
+        if err == errno.EINTR:
+            continue
+        return None if err in (errno.EINVAL, errno.ENOSYS, errno.EPERM) else False
+
+
+_LIBC = None
+
+
+def _libc():
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        _LIBC.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    return _LIBC
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / (1 << 20):.1f} MiB"
 
 
 def prefault(buf: np.ndarray, write: bool = True) -> None:

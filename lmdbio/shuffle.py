@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import ConfigurationError
+
 __all__ = ["POLICIES", "DEFAULT_POLICY", "MODES", "epoch_order", "shard_order", "position_ranks",
            "record_windows", "num_batches", "global_batches", "rank_batches", "mean_batch_distance",
            "adjacent_fraction", "mean_share_distance", "position_correlation", "randomness_table",
@@ -55,10 +57,12 @@ MODES = ("window", "shard")
 
 
 def _count(name: str, value, minimum: int) -> int:
+    """``value`` as an int, or ConfigurationError naming ``name`` and what it may be."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+        raise ConfigurationError(f"{name} must be an integer >= {minimum}, got {value!r} "
+                                 f"(a {type(value).__name__})")
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise ConfigurationError(f"{name} must be >= {minimum} (an integer), got {value}")
     return int(value)
 
 
@@ -120,8 +124,8 @@ def position_ranks(n: int, batch_size: int, nprocs: int, policy: str = DEFAULT_P
     _check(n, batch_size, policy)
     nprocs = _count("nprocs", nprocs, 1)
     if batch_size % nprocs:
-        raise ValueError(f"batch_size {batch_size} does not divide among {nprocs} ranks; use a "
-                         "multiple of the rank count")
+        raise ConfigurationError(f"batch_size {batch_size} does not divide among {nprocs} ranks; "
+                                 "use a multiple of the rank count")
     share = batch_size // nprocs
     full, rest = divmod(n, batch_size)
     out = np.arange(n, dtype=np.int64) % batch_size // share
@@ -171,11 +175,12 @@ def _check(n: int, batch_size: int, policy: str) -> None:
     n = _count("n", n, 1)
     batch_size = _count("batch_size", batch_size, 1)
     if batch_size > n:
-        raise ValueError(f"batch_size {batch_size} is larger than the dataset ({n} records); "
-                         "one batch would repeat records. Use a batch size of at most "
-                         f"{n}")
+        raise ConfigurationError(f"batch_size {batch_size} is larger than the dataset ({n} "
+                                 "records); one batch would repeat records. Use a batch size of "
+                                 f"at most {n}")
     if policy not in POLICIES:
-        raise ValueError(f"unknown last-batch policy {policy!r}; use one of {', '.join(POLICIES)}")
+        raise ConfigurationError(f"unknown last-batch policy {policy!r}: last_batch must be one "
+                                 f"of {', '.join(map(repr, POLICIES))}")
 
 
 def global_batches(order: np.ndarray, batch_size: int,
@@ -204,10 +209,11 @@ def rank_batches(order: np.ndarray, batch_size: int, nprocs: int, rank: int,
     nprocs = _count("nprocs", nprocs, 1)
     rank = _count("rank", rank, 0)
     if rank >= nprocs:
-        raise ValueError(f"rank {rank} is not below nprocs {nprocs}")
+        raise ConfigurationError(f"rank {rank} is not below nprocs {nprocs}; rank must be in "
+                                 f"0..{nprocs - 1}")
     if batch_size % nprocs:
-        raise ValueError(f"batch_size {batch_size} does not divide among {nprocs} ranks; use a "
-                         "multiple of the rank count")
+        raise ConfigurationError(f"batch_size {batch_size} does not divide among {nprocs} ranks; "
+                                 "use a multiple of the rank count")
     share = batch_size // nprocs
     out = []
     for b in global_batches(order, batch_size, policy):
@@ -255,7 +261,8 @@ def position_correlation(order_a: np.ndarray, order_b: np.ndarray) -> float:
     """Pearson correlation of each record's position in two epochs' orders (1: same order)."""
     a, b = np.asarray(order_a), np.asarray(order_b)
     if len(a) != len(b):
-        raise ValueError(f"orders of different lengths ({len(a)}, {len(b)})")
+        raise ConfigurationError(f"order_a and order_b must have the same length, got "
+                                 f"{len(a)} and {len(b)}")
     pos_a = np.empty(len(a), np.int64)
     pos_b = np.empty(len(b), np.int64)
     pos_a[a] = np.arange(len(a))

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from mpi4py import MPI
 
 from .errors import ConfigurationError
 
-__all__ = ["Topology", "make_topology", "node_number"]
+__all__ = ["Topology", "make_topology", "node_number", "check_node_args"]
 
 
 @dataclass
@@ -40,6 +41,20 @@ class Topology:
                 c.Free()
 
 
+def check_node_args(ranks_per_node: int | None, readers_per_node: int = 1) -> None:
+    """ConfigurationError naming ``ranks_per_node`` or ``readers_per_node`` when it is not a
+    positive integer (``ranks_per_node`` may also be None: the real nodes)."""
+    def bad(value) -> bool:
+        return isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0
+
+    if ranks_per_node is not None and bad(ranks_per_node):
+        raise ConfigurationError(f"ranks_per_node must be None (the machine's nodes) or an integer "
+                                 f">= 1 (virtual nodes of that many ranks), got {ranks_per_node!r}")
+    if bad(readers_per_node):
+        raise ConfigurationError(f"readers_per_node must be an integer >= 1, got "
+                                 f"{readers_per_node!r}")
+
+
 def make_topology(comm: MPI.Comm, ranks_per_node: int | None = None,
                   readers_per_node: int = 1) -> Topology:
     """Split ``comm`` into nodes, reader groups and the readers' communicator. Collective.
@@ -52,10 +67,9 @@ def make_topology(comm: MPI.Comm, ranks_per_node: int | None = None,
         readers_per_node: readers per node, each serving a contiguous share
             of the node's ranks (capped at the node's size).
     """
-    if ranks_per_node is not None and (not isinstance(ranks_per_node, int) or ranks_per_node <= 0):
-        raise ValueError(f"ranks_per_node must be None or a positive integer, got {ranks_per_node!r}")
-    if not isinstance(readers_per_node, int) or readers_per_node <= 0:
-        raise ValueError(f"readers_per_node must be a positive integer, got {readers_per_node!r}")
+    check_node_args(ranks_per_node, readers_per_node)
+    ranks_per_node = None if ranks_per_node is None else int(ranks_per_node)
+    readers_per_node = int(readers_per_node)
     rank = comm.rank
     shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
     if ranks_per_node is None:
@@ -105,9 +119,8 @@ def node_number(comm: MPI.Comm, ranks_per_node: int | None = None) -> int:
     rank's ``MPI_COMM_TYPE_SHARED`` group, groups ordered by their lowest rank.
     """
     if ranks_per_node is not None:
-        if not isinstance(ranks_per_node, int) or ranks_per_node <= 0:
-            raise ValueError(f"ranks_per_node must be None or a positive integer, got {ranks_per_node!r}")
-        return comm.rank // ranks_per_node
+        check_node_args(ranks_per_node)
+        return comm.rank // int(ranks_per_node)
     shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
     try:
         leader = min(shared.allgather(comm.rank))

@@ -17,8 +17,13 @@ binds, and a later open skips the check only when all are the same:
 
 A stamp that is missing, unreadable or garbage is no stamp (the check runs).
 ``LMDBIO_TRUST_CHECKS=0`` never uses one. The stamps are only as trustworthy as
-the cache folder: it is made private (0700, files 0600). What a stamp cannot
-see: a page changed in place without moving ctime (a failing disk).
+the folder they sit in, so a stamp counts only when its ``{kind}-verified/``
+folder and the stamp file are this user's own (``os.getuid()``), are not
+symbolic links, and are not writable by group or others: anyone else who can
+write there could plant a stamp for a forged sidecar. The folder is made
+0700 and the files 0600; a folder that fails these tests is named in one
+warning and its stamps are ignored (never written either). What a stamp
+cannot see: a page changed in place without moving ctime (a failing disk).
 """
 
 from __future__ import annotations
@@ -27,16 +32,20 @@ import hashlib
 import json
 import logging
 import os
+import stat
 from pathlib import Path
 
 __all__ = ["TRUST_ENV", "cache_dir", "trust_stamps", "binding", "stamp_path", "has_stamp",
-           "write_stamp"]
+           "write_stamp", "unsafe"]
 
 log = logging.getLogger("lmdbio")
 
 #: Set to ``0`` (or ``no``/``false``) to run every check at every open.
 TRUST_ENV = "LMDBIO_TRUST_CHECKS"
-_SCHEMA = 1
+# A stamp of another schema is no stamp: the number names what the checks cover (the tree
+# walk refuses named sub-databases).
+_SCHEMA = 2
+_WARNED: set = set()
 
 
 def cache_dir() -> Path:
@@ -65,13 +74,61 @@ def stamp_path(bound: dict) -> Path:
     return cache_dir() / f"{bound['kind']}-verified" / f"{name}.json"
 
 
-def has_stamp(bound: dict) -> bool:
-    """Whether a stamp of exactly ``bound`` exists; an unreadable or garbage one does not count."""
+def unsafe(st: os.stat_result) -> str:
+    """Why a stamp folder or file with this ``lstat`` may not be trusted ("" when it may)."""
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link"
+    if st.st_uid != os.getuid():
+        return f"it belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"group or others may write it (mode {stat.S_IMODE(st.st_mode):04o})"
+    return ""
+
+
+def _folder_ok(folder: Path) -> bool:
+    """Whether stamps in ``folder`` may be used (or written); warns once per folder when not."""
     try:
-        with open(stamp_path(bound), encoding="utf-8") as f:
+        why = unsafe(os.lstat(folder))
+        if not why and not stat.S_ISDIR(os.lstat(folder).st_mode):
+            why = "it is not a directory"
+    except FileNotFoundError:
+        return True   # nothing there yet: write_stamp makes it, private
+    except OSError as exc:
+        why = f"it cannot be inspected ({exc})"
+    if why and str(folder) not in _WARNED:
+        _WARNED.add(str(folder))
+        log.warning("lmdbio: ignoring the verified stamps in %s: %s, so anyone else could plant "
+                    "one; every check runs in full. Make it this user's own with mode 0700 "
+                    "(or remove it, or point LMDBIO_CACHE at a private folder)", folder, why)
+    return not why
+
+
+def has_stamp(bound: dict) -> bool:
+    """Whether a trusted stamp of exactly ``bound`` exists.
+
+    An unreadable or garbage stamp does not count, nor does one in a folder,
+    or in a file, that is a symbolic link, is not this user's, or that group
+    or others may write.
+    """
+    path = stamp_path(bound)
+    if not _folder_ok(path.parent):
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if unsafe(st) or not stat.S_ISREG(st.st_mode):
+            return False
+        with os.fdopen(fd, encoding="utf-8") as f:
+            fd = -1
             return json.load(f) == bound
     except (OSError, ValueError, UnicodeDecodeError):
         return False
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def write_stamp(bound: dict) -> Path | None:
@@ -83,7 +140,9 @@ def write_stamp(bound: dict) -> Path | None:
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        if not _folder_ok(path.parent):
+            return None   # a stamp there would not be used (and others could replace it)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(bound, f, sort_keys=True)
         os.replace(tmp, path)

@@ -164,7 +164,7 @@ def test_batch_size_is_checked_before_any_rank_reads():
 
     assert check_batch_size(np.int64(64), 4) == 64 and type(check_batch_size(np.int64(64), 4)) is int
     for bad in (64.0, "64", True, None):
-        with pytest.raises(TypeError, match="batch_size must be an integer"):
+        with pytest.raises(ConfigurationError, match="batch_size must be an integer"):
             check_batch_size(bad, 4)
     with pytest.raises(ValueError, match="must be positive"):
         check_batch_size(0, 4)
@@ -180,5 +180,5 @@ def test_auto_is_chosen_by_one_rank(tmp_path):
     assert opts.name == auto[0] and "is local" in auto[1]   # /tmp: a local file system
     opts, auto = resolve_variant("LMDBIO-LMM-DIO", None, tmp_path)
     assert (opts.name, auto) == ("lmdbio-lmm-dio", None)
-    with pytest.raises(TypeError, match="options must be an lmdbio.Options"):
+    with pytest.raises(ConfigurationError, match="options must be an lmdbio.Options"):
         resolve_variant("lmdb", "lmdb", tmp_path)

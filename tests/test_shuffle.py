@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from lmdbio import shuffle
+from lmdbio.errors import ConfigurationError
 
 N, B = 1000, 48          # 1000 % 48 = 40: a partial last batch; 48 divides among 1, 3, 4, 16 ranks
 
@@ -102,7 +103,7 @@ def test_bad_arguments_are_clear():
         shuffle.rank_batches(order, 3, 3, 3)
     with pytest.raises(ValueError, match="chunk must be >= 1"):
         shuffle.epoch_order(10, 0, 1, 0, 0)
-    with pytest.raises(TypeError, match="seed must be an integer"):
+    with pytest.raises(ConfigurationError, match="seed must be an integer"):
         shuffle.epoch_order(10, 2, 1, 0.5, 0)
     assert shuffle.DEFAULT_POLICY == "short"
 

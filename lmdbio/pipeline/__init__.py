@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..batch import Batch
+from ..collective import collective
 from ..options import EXTRA_VARIANTS, VARIANTS, Options, parse_variant
 from ..plan import Layout, slot_bytes, stream_block
 from ..shuffle import record_windows
@@ -122,8 +123,8 @@ class Pipeline:
         self.locator = LOCATORS[(o.localized, o.locate)].from_options(o, build_provenance)
         self.fetcher = FETCHERS[o.fetch]()
         self.distributor = dist(comm, topology, per_rank)
-        if self.depth and getattr(self.distributor, "nslots", 0):
-            self.distributor.nslots += self.depth + 1   # see prefetch.py: batches alive at once
+        # See prefetch.py: the thread holds d queued batches and one in flight.
+        self.distributor.ahead = self.depth + 1 if self.depth else 0
         self.coalesce = Coalesce(o.coalesce_bytes)
         self.stagger: Stagger | NoStagger = NoStagger()
         self.window: Window | NoWindow = NoWindow()
@@ -159,7 +160,9 @@ class Pipeline:
         self.locator.setup(self.comm, d.readers, self.layout, row)
         if self.options.staggered and self.is_reader:
             self.stagger = Stagger.join(self.topology, self.options.stagger_size)
-        d.setup(self.layout, slot_bytes(d.count * k, mean_size))
+        # Collective: a group that cannot allocate its slots (no room in /dev/shm) raises on
+        # every rank, not only on its own.
+        collective(self.comm, d.setup, self.layout, slot_bytes(d.count * k, mean_size))
         if self.epochs.chunk is None:
             self.epochs = replace(self.epochs, chunk=default_chunk(n, batch_size, mean_size))
         return k
@@ -177,6 +180,7 @@ class Pipeline:
             self._all_positions = True
         self.layout = self.locator.layout = lay
         self.epoch = rows
+        self._chunk, self._indices = -1, (-1, None)   # what is cached belongs to another layout
         self.window.close()
         if self.epochs.shuffle and self.locator.windowed and self.is_reader:
             plan = self.epochs
@@ -188,6 +192,7 @@ class Pipeline:
         """Back to the endless stream (its positions; the tables still cover them)."""
         self.layout = self.locator.layout = self._stream
         self.epoch = None
+        self._chunk, self._indices = -1, (-1, None)
         self.window.close()
         self.window = NoWindow()
 

@@ -39,6 +39,8 @@ class Private(Distributor):
         from ..shm import prefault
 
         self.k = layout.k
+        if self.nslots:
+            self.nslots += self.ahead
         self._slots = [np.empty(capacity, dtype=np.uint8) for _ in range(self.nslots)]
         for s in self._slots:
             prefault(s)   # now, not in the first batches
@@ -90,11 +92,12 @@ class NodeGroup(Distributor):
     def setup(self, layout, capacity: int) -> None:
         from ..shm import GroupBuffer
 
-        # More slots for small chunks (a deeper pipeline), within about 64 MiB.
-        nslots = int(min(16, max(GroupBuffer.MIN_SLOTS, (64 << 20) // capacity)))
+        # More slots for small chunks (a deeper pipeline), within about 64 MiB; ranks that
+        # read ahead hold ``ahead`` more chunks, so the slots that keep them valid come on top.
+        nslots = int(min(16, max(GroupBuffer.MIN_SLOTS, (64 << 20) // capacity))) + self.ahead
         topo = self.topology
         self.gb = GroupBuffer(topo.group_comm, layout.count * layout.k, capacity, nslots,
-                              names=topo.group_ranks, batches_per_chunk=layout.k)
+                              names=topo.group_ranks, batches_per_chunk=layout.k, lag=self.ahead)
 
     def reserve(self, chunk: int, nbytes: int) -> np.ndarray:
         return self.gb.reserve(chunk, nbytes)

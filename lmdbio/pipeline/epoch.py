@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import shuffle as sh
+from ..errors import ConfigurationError
 from ..options import DEFAULT_COALESCE_BYTES
 from ..plan import coalesce_batches
 
@@ -75,14 +76,19 @@ class EpochPlan:
         return np.arange(n, dtype=np.int64)
 
     def __post_init__(self):
-        if not isinstance(self.shuffle, bool) and self.shuffle not in sh.MODES:
-            raise ValueError(f"shuffle must be False, True or one of the modes "
-                             f"{', '.join(map(repr, sh.MODES))}, got {self.shuffle!r}")
-        if self.last_batch not in sh.POLICIES:
-            raise ValueError(f"unknown last_batch policy {self.last_batch!r}; use one of "
-                             f"{', '.join(sh.POLICIES)}")
-        for name in ("seed", "window") + (("chunk",) if self.chunk is not None else ()):
-            sh._count(name, getattr(self, name), 0 if name == "seed" else 1)
+        if not isinstance(self.shuffle, bool) and (not isinstance(self.shuffle, str)
+                                                   or self.shuffle not in sh.MODES):
+            raise ConfigurationError(f"shuffle must be False, True or one of the modes "
+                                     f"{', '.join(map(repr, sh.MODES))}, got {self.shuffle!r}")
+        if not isinstance(self.last_batch, str) or self.last_batch not in sh.POLICIES:
+            raise ConfigurationError(f"last_batch must be one of "
+                                     f"{', '.join(map(repr, sh.POLICIES))}, got {self.last_batch!r}")
+        # Named as the Reader's arguments are, which is where users set them.
+        for name, arg, minimum in (("seed", "seed", 0), ("window", "shuffle_window", 1),
+                                   ("chunk", "shuffle_chunk", 1)):
+            if name != "chunk" or self.chunk is not None:
+                label = arg if arg == name else f"{arg} (EpochPlan.{name})"
+                sh._count(label, getattr(self, name), minimum)
 
 
 def default_chunk(n: int, batch: int, mean_size: float) -> int:
@@ -113,12 +119,13 @@ def epoch_rows(plan: EpochPlan, n: int, batch: int, nprocs: int, k: int, epoch: 
     """Epoch ``epoch``'s rows for ``n`` records, global batches of ``batch``, ``k`` batches per
     pipeline chunk (the rows are padded to a multiple of it). A shuffled ``plan`` needs its
     ``chunk`` (the pipeline sets :func:`default_chunk` where none was asked for). Raises
-    ValueError for ``batch > n`` (one batch would repeat records)."""
+    ConfigurationError for ``batch > n`` (one batch would repeat records)."""
     nb = sh.num_batches(n, batch, plan.last_batch)
     sh._count("epoch", epoch, 0)
     if plan.mode is not None and plan.chunk is None:
-        raise ValueError("a shuffled epoch's plan needs its chunk (records per shuffled chunk; "
-                         "default_chunk(n, batch, mean record size) is the Reader's default)")
+        raise ConfigurationError("a shuffled epoch's plan needs its chunk (records per shuffled "
+                                 "chunk; default_chunk(n, batch, mean record size) is the "
+                                 "Reader's default)")
     order = plan.order(n, plan.chunk, epoch, batch, nprocs)
     full, rest = divmod(n, batch)
     rows = [order[:full * batch].reshape(full, batch)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import tags
 from ..collective import collective
 from ..errors import LmdbioError, SnapshotError
 from ..index import open_snapshot
@@ -20,27 +21,30 @@ __all__ = ["Index", "Table", "scatter_index"]
 
 
 def scatter_index(comm, snapshot, n: int, batch: int, lo: int, count: int,
-                  row: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  row: dict, every: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """DIO's index pass, once: rank 0 of ``comm`` walks ``snapshot``'s index and sends each rank
-    only the records it will read (:func:`positions_touched` of its ``lo``, ``count``).
+    only the records it will read: :func:`positions_touched` of its ``lo``, ``count`` in the
+    endless stream, or every record where ``every`` (an epoch's rows can put any record in
+    any rank's share).
 
     Collective over ``comm``; a failed walk raises on every rank. Returns this rank's
     ``(positions, offsets, sizes)`` (int64), checked against its own snapshot.
     """
-    wants = comm.gather((lo, count), root=0)
+    wants = comm.gather((lo, count, every), root=0)
     idx = collective(comm, lambda: snapshot.build_index() if comm.rank == 0 else None)
     if comm.rank == 0:
         row["pages_read"] = idx.pages_read
         parts = []
-        for w_lo, w_count in wants:
-            pos = positions_touched(n, batch, w_lo, w_count)
+        for w_lo, w_count, w_every in wants:
+            pos = (np.arange(n, dtype=np.int64) if w_every
+                   else positions_touched(n, batch, w_lo, w_count))
             parts.append((pos, idx.offsets[pos].astype(np.int64), idx.sizes[pos].astype(np.int64),
                           idx.txnid))
         for k in range(1, comm.size):
-            comm.send(parts[k], dest=k, tag=11)
+            comm.send(parts[k], dest=k, tag=tags.INDEX)
         mine = parts[0]
     else:
-        mine = comm.recv(source=0, tag=11)
+        mine = comm.recv(source=0, tag=tags.INDEX)
     pos, offsets, sizes, txnid = mine
     snapshot.check(txnid)
     return pos, offsets, sizes
@@ -77,7 +81,8 @@ class Table(Locator):
         """Fill the table from the record index (collective over ``readers``)."""
         lay = self.layout
         self._pos, self._off, self._size = scatter_index(readers, self.snapshot, lay.n, lay.batch,
-                                                         lay.lo, lay.count, row)
+                                                         lay.lo, lay.count, row,
+                                                         every=lay.rows is not None)
         if len(self._pos) and int(self._pos[-1]) >= lay.n:
             raise SnapshotError(f"{self.path}: index positions reach {int(self._pos[-1])} but the "
                                 f"snapshot holds {lay.n} records")

@@ -27,7 +27,8 @@ __all__ = ["Prefetch", "check_prefetch"]
 def check_prefetch(depth, collective_free: bool, variant: str) -> int:
     """Validate a prefetch depth for a variant; returns it as an int."""
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-        raise ValueError(f"prefetch must be a depth >= 0 (batches read ahead), got {depth!r}")
+        raise ConfigurationError(f"prefetch must be an integer >= 0 (batches read ahead; 0: "
+                                 f"none), got {depth!r}")
     if depth and not collective_free:
         from mpi4py import MPI
 
@@ -49,6 +50,7 @@ class Prefetch:
         self.next_t = start          # the first batch not yet handed out
         self.read_to = start         # the first batch the thread has not read
         self.depth, self.stop = depth, stop
+        self._limit = stop           # the thread reads no batch from here on
         self._q: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(read, start, stop),
@@ -57,7 +59,7 @@ class Prefetch:
 
     def _run(self, read, start: int, stop: int) -> None:
         for t in range(start, stop):
-            if self._stop.is_set():
+            if self._stop.is_set() or t >= self._limit:
                 return
             try:
                 item = (t, read(t), None)
@@ -100,8 +102,25 @@ class Prefetch:
         each rank's thread got, so the ranks agree where reading goes on without a message."""
         return min(self.stop, self.next_t + self.depth + 1)
 
-    def close(self) -> None:
-        """Stop reading ahead; waits for a read in flight (one chunk) to end. Idempotent."""
+    def close(self, drain: bool = False) -> None:
+        """Stop reading ahead. Idempotent.
+
+        Without ``drain`` the thread stops after the read in flight (one chunk). With
+        ``drain`` it first reads on to :attr:`bound`, and what it reads is dropped: every rank
+        that took the same batches then has read the same chunks, however far its own thread
+        had got, so the hand-offs between ranks stay in step. A background read that failed
+        while draining raises LmdbioError here (after the thread has ended).
+        """
+        failure = None
+        if drain and not self._stop.is_set():
+            self._limit = self.bound
+            while self._thread.is_alive() or not self._q.empty():
+                try:
+                    t, _, exc = self._q.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+                if exc is not None and failure is None:
+                    failure = (t, exc)
         self._stop.set()
         while True:
             try:
@@ -109,3 +128,8 @@ class Prefetch:
             except queue.Empty:
                 break
         self._thread.join()
+        if failure is not None:
+            t, exc = failure
+            raise LmdbioError(f"rank {self.rank}: the background read of batch {t}, read ahead "
+                              f"past where the epoch was left, failed: {type(exc).__name__}: "
+                              f"{exc}") from exc

@@ -14,6 +14,7 @@ import logging
 
 import numpy as np
 
+from .. import tags
 from ..errors import PeerTimeoutError
 from ..waiting import completes_within, timeout, wait_request
 from .stage import Views
@@ -23,7 +24,7 @@ __all__ = ["Ring"]
 
 log = logging.getLogger("lmdbio")
 
-_TAG = 21
+_TAG = tags.RING
 
 
 class Ring(Walk):
@@ -40,6 +41,7 @@ class Ring(Walk):
         self._map_addr = self._pred = None
         self._last_ranges: list[tuple[int, int]] = []
         self._meta = None
+        self._located = 0   # chunks this reader located (reader 0 starts the ring at its first)
 
     @classmethod
     def from_options(cls, options, build_provenance: bool = False) -> "Ring":
@@ -65,7 +67,9 @@ class Ring(Walk):
         if self.speculative:
             self._speculate(t, rec)
         with rec.phase("ring_wait", t):
-            if R > 1 and not (k == 0 and t == 0):
+            # Reader 0's first chunk starts the ring; from then on it waits for the last
+            # reader's cursor of the chunk before (every reader reads the same chunks).
+            if R > 1 and not (k == 0 and self._located == 0):
                 key, pos = wait_request(
                     rc.irecv(source=(k - 1) % R, tag=_TAG), timeout(),
                     f"rank {self.rank}: the previous reader of the DM ring (reader "
@@ -80,10 +84,12 @@ class Ring(Walk):
             # around an epoch's end (a few records back or on, walked to).
             values = walk_runs(w, self.layout.runs(chunk))
             row["records_walked"] = w.walked - w0
+            self._located += 1
             if R > 1:
                 self._pending.append(rc.isend((w.key(), w.pos), dest=(k + 1) % R, tag=_TAG))
                 if len(self._pending) > 4:
-                    self._pending.pop(0).wait()
+                    self._settle(self._pending[0], (k + 1) % R)
+                    self._pending.pop(0)   # kept until done: the request holds the message
         return Views(w.check_size, values)
 
     def fetched(self, located: Views, row: dict) -> None:
@@ -129,12 +135,17 @@ class Ring(Walk):
     def finish(self, failed: bool, batches: int) -> None:
         rc = self.readers
         # The last reader's hand-off for the batch after the last one is still in flight.
-        if rc is not None and not failed and rc.size > 1 and rc.rank == 0 and batches > 0:
+        if rc is not None and not failed and rc.size > 1 and rc.rank == 0 and self._located > 0:
             wait_request(rc.irecv(source=rc.size - 1, tag=_TAG), timeout(),
                          f"rank {self.rank}: the last reader of the DM ring did not pass "
                          "its final cursor (it stopped early or exited)")
-        for r in self._pending:
-            if not completes_within(r, timeout()):
-                raise PeerTimeoutError(f"rank {self.rank}: a DM-ring hand-off was not received "
-                                       f"within {timeout():g} s (LMDBIO_TIMEOUT)")
-        self._pending.clear()
+        while self._pending:
+            self._settle(self._pending[0], (rc.rank + 1) % rc.size)
+            self._pending.pop(0)
+
+    def _settle(self, req, dest: int) -> None:
+        """Complete a cursor hand-off sent to reader ``dest``, within LMDBIO_TIMEOUT."""
+        if not completes_within(req, timeout()):
+            raise PeerTimeoutError(f"rank {self.rank}: a DM-ring hand-off to the next reader "
+                                   f"(reader {dest}) was not received within {timeout():g} s "
+                                   "(LMDBIO_TIMEOUT): it stopped reading or exited")

@@ -117,6 +117,10 @@ class Distributor:
     is_reader = True
     #: Reading needs no messages between ranks (a background thread may read ahead).
     collective_free = False
+    #: Chunks a rank's prefetch thread may ask for beyond what its caller holds (set by the
+    #: Pipeline before :meth:`setup`: depth + 1, or 0 without prefetch); the buffers must
+    #: keep that many more chunks valid.
+    ahead = 0
 
     def setup(self, layout, capacity: int) -> None:
         """Allocate the buffers (collective over the ranks that share them)."""

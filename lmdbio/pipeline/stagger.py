@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
 
-from ..waiting import wait_request
+from .. import tags
+from ..errors import PeerTimeoutError
+from ..waiting import completes_within, timeout, wait_request
 
 __all__ = ["Stagger", "NoStagger"]
 
@@ -16,11 +18,14 @@ class Stagger:
     the readers of group g-1 report to their group's first reader, which
     releases them; each then sends a message to the reader at the same
     position in group g. Group 0 does not wait. Every wait is bounded by
-    ``LMDBIO_TIMEOUT`` and names the rank (world rank, from ``names``) it waited for.
+    ``LMDBIO_TIMEOUT`` and names the rank (world rank, from ``names``) it waited for:
+    the turns it waits to receive, and the hand-offs it sent, which :meth:`close`
+    completes (an MPI that does not buffer small messages completes a send only
+    once the receiver takes it).
     """
 
-    TAG = 7331
-    DONE, GO = 7332, 7333
+    TAG = tags.STAGGER_TURN
+    DONE, GO = tags.STAGGER_DONE, tags.STAGGER_GO
 
     def __init__(self, readers_comm, size: int, names: tuple[int, ...] | None = None):
         self.comm = readers_comm
@@ -32,7 +37,7 @@ class Stagger:
         self.last = min(self.first + self.size, readers_comm.size) - 1
         self.prev = k - self.size if k - self.size >= 0 else None
         self.next = k + self.size if k + self.size < readers_comm.size else None
-        self._pending = []
+        self._pending: list = []   # (request, reader it went to, what it passed)
         self._turn = 0
 
     @classmethod
@@ -62,21 +67,40 @@ class Stagger:
                     f"rank {me}: {self._who(j)}, a reader of its stagger group, did not finish its "
                     f"turn {self._turn - 1} (it stopped answering or stopped reading)"))
             for j in range(self.first + 1, self.last + 1):
-                self._pending.append(self.comm.isend(None, dest=j, tag=self.GO))
+                self._send(j, self.GO, "the release of its stagger group")
         else:
-            self._pending.append(self.comm.isend(None, dest=self.first, tag=self.DONE))
+            self._send(self.first, self.DONE, "the end of its group's turn")
             wait_request(self.comm.irecv(source=self.first, tag=self.GO), what=(
                 f"rank {me}: {self._who(self.first)}, the first reader of its stagger group, did "
                 f"not confirm turn {self._turn - 1} (it stopped answering or stopped reading)"))
         if self.next is not None:
-            self._pending.append(self.comm.isend(None, dest=self.next, tag=self.TAG))
-        while len(self._pending) > 4 * (self.size + 2):
-            self._pending.pop(0).wait()
+            self._send(self.next, self.TAG, "its turn")
+        self._settle(4 * (self.size + 2))
+
+    def _send(self, dest: int, tag: int, what: str) -> None:
+        self._pending.append((self.comm.isend(None, dest=dest, tag=tag), dest,
+                              f"{what} (turn {self._turn - 1})"))
+
+    def _settle(self, keep: int) -> None:
+        """Complete the hand-offs sent, all but the newest ``keep``, each within LMDBIO_TIMEOUT.
+
+        A request stays listed until it completes (it holds the message).
+        """
+        while len(self._pending) > keep:
+            req, dest, what = self._pending[0]
+            if not completes_within(req, timeout()):
+                me = self.names[self.comm.rank]
+                raise PeerTimeoutError(
+                    f"rank {me}: {self._who(dest)}, a reader of the "
+                    f"{'next' if dest == self.next else 'same'} stagger group, did not take "
+                    f"{what} within {timeout():g} s (LMDBIO_TIMEOUT): it stopped reading, is "
+                    "stopped or exited")
+            self._pending.pop(0)
 
     def close(self) -> None:
-        for r in self._pending:
-            r.wait()
-        self._pending.clear()
+        """Complete every hand-off this reader sent, each within LMDBIO_TIMEOUT (then
+        PeerTimeoutError names the reader that did not take it)."""
+        self._settle(0)
 
     @contextmanager
     def turn(self, rec, t: int):

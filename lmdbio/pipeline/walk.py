@@ -46,11 +46,12 @@ class Walk(Locator):
         self.layout = None
 
     def open(self, path, meta, nprocs: int) -> None:
-        check_tree(path)   # LMDB's C code asserts on (or reads past) trees our walk rejects
         # Caffe's settings: read-only map with readahead, and a slot in the lock
         # file's reader table next to the real file, so a writer cannot recycle
-        # the pages of our snapshot; no lock only on read-only media.
-        self._handle = acquire(path, max_readers=max(126, 2 * nprocs + 16))
+        # the pages of our snapshot; no lock only on read-only media. check: LMDB's C
+        # code asserts on (or reads past) trees our walk rejects, so the file it mapped
+        # is walked first.
+        self._handle = acquire(path, max_readers=max(126, 2 * nprocs + 16), check=check_tree)
         self.locked = self._handle.locked
         self.walker = CursorWalker(self._handle.env, meta.entries)
 

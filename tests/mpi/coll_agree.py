@@ -1,0 +1,35 @@
+"""Under mpiexec: the bounded agreement of close(), its answers, time and messages per rank.
+
+usage: coll_agree.py LIMIT [STOPPED]
+
+Ranks 1, P // 2 and P - 1 say they failed. Without STOPPED every rank agrees at
+once. With STOPPED that rank is stopped: it comes LIMIT + 3 s late, after every
+other rank had to give up. Each rank prints one JSON line: {"rank", "complete",
+"failed", "missing", "seconds" (its time in agree()), "sent" (messages it sent)}.
+"""
+
+import json
+import sys
+import time
+
+from mpi4py import MPI
+
+from lmdbio.collective import agree, messages_sent
+from lmdbio.waiting import polite_barrier
+
+from coll_say import say
+
+limit = float(sys.argv[1])
+stopped = int(sys.argv[2]) if len(sys.argv) > 2 else None
+comm = MPI.COMM_WORLD.Dup()
+rank, P = comm.rank, comm.size
+failed = rank in (1, P // 2, P - 1)
+polite_barrier(comm)   # start together: the skew the naming allows is a fraction of the limit
+if rank == stopped:
+    time.sleep(limit + 3)
+sent0 = messages_sent()
+t0 = time.monotonic()
+complete, failed_ranks, missing = agree(comm, failed, limit)
+took = time.monotonic() - t0
+say(rank, json.dumps({"rank": rank, "complete": complete, "failed": failed_ranks, "missing": missing,
+                  "seconds": round(took, 3), "sent": messages_sent() - sent0}))

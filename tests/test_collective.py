@@ -1,0 +1,184 @@
+"""The Reader's own communicator, one table of tags, bounded collective steps, an agreement
+that scales, and STAG's bounded close (issue 28: items 3, 5, 6 and finding F).
+
+Each MPI case runs its own ``mpiexec`` under a time bound, so a hang fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_bounded
+from lmdbio import tags
+from lmdbio.collective import tree
+
+# An MPI configuration that does not buffer small messages: ranks talk through UCX
+# with rendezvous for every size, so a send completes only when its receiver takes it.
+UNBUFFERED = {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ucx", "UCX_RNDV_THRESH": "0"}
+
+
+def run_coll(tmp_path, script, n, *args, env=None, timeout=60):
+    """Run a coll_* script; returns (proc, every rank's lines, sorted) from COLL_OUT's files."""
+    out_dir = tmp_path / f"out-{script}-{len(list(tmp_path.iterdir()))}"
+    out_dir.mkdir()
+    proc = run_bounded(script, n, *map(str, args), env={**(env or {}), "COLL_OUT": str(out_dir)},
+                       timeout=timeout)
+    got = sorted(l for f in out_dir.glob("rank*.txt") for l in f.read_text().splitlines())
+    return proc, got
+
+
+# ------------------------------------------------------------------ tags and the tree
+def test_every_tag_comes_from_the_table():
+    literal = re.compile(r"\btag\s*=\s*\d")
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in (ROOT / "lmdbio").rglob("*.py")
+             for i, line in enumerate(p.read_text().splitlines(), 1) if literal.search(line)]
+    assert not found, f"message tags written as numbers, not from lmdbio.tags: {found}"
+    tags.check_unique()
+    assert len(set(tags.TAGS.values())) == len(tags.TAGS)
+    with pytest.raises(RuntimeError, match="AGREE and RING"):
+        tags.check_unique({"AGREE": 7, "RING": 7})
+
+
+@pytest.mark.parametrize("size", [*range(1, 130), 1000, 9216])
+def test_the_agreement_tree_reaches_every_rank_in_log_p_hops(size):
+    bound = math.ceil(math.log2(size)) if size > 1 else 0
+    sends = [0] * size
+    for r in range(size):
+        parent, children = tree(r, size)
+        assert (parent is None) == (r == 0)
+        if parent is not None:
+            assert r in tree(parent, size)[1]
+            sends[r] += 1            # its report up
+        for c in children:
+            assert tree(c, size)[0] == r
+            sends[r] += 1            # the decision down
+        hops, up = 0, r
+        while up != 0:
+            up, hops = tree(up, size)[0], hops + 1
+            assert hops <= bound, f"rank {r} is more than {bound} hops from rank 0"
+        assert len(children) <= bound
+    assert sum(sends) == 2 * (size - 1)
+    assert max(sends) <= bound
+
+
+# ------------------------------------------------------------------ collective()
+@pytest.mark.mpi
+def test_a_failing_step_raises_the_lowest_failure_on_every_rank(tmp_path):
+    out, got = run_coll(tmp_path, "coll_collective.py", 4, "errors")
+    assert out.returncode == 0, out.stderr[-3000:]
+    for r in range(4):
+        mine = [l[len(f"rank {r}: "):] for l in got if l.startswith(f"rank {r}: ")]
+        by = dict(l.split(": ", 1) for l in mine)
+        assert by["one"].startswith("ValueError: ") and "bad on two" in by["one"], mine
+        assert by["two"].startswith("ConfigurationError: ") and "bad on one" in by["two"], mine
+        local = "Local: " if r == 1 else "LmdbioError: rank 1: Local: "
+        assert by["local"].startswith(local) and "only rank 1" in by["local"], mine
+        assert by["fine"] == f"returned {r * 10}", mine
+        assert by["allgather"] == "[0, 1, 4, 9]", mine
+        if r != 2:
+            assert "rank 2: bad on two" in by["one"], mine
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_a_step_a_rank_never_comes_to_names_it_within_the_timeout(tmp_path):
+    out, got = run_coll(tmp_path, "coll_collective.py", 4, "missing",
+                        env={"LMDBIO_TIMEOUT": "4"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    for r in range(3):
+        line = next(l for l in got if l.startswith(f"rank {r}: missing: "))
+        assert "PeerTimeoutError" in line and "rank(s) [3] did not come" in line, got
+        took = float(next(l for l in got if l.startswith(f"rank {r}: took")).split()[3])
+        assert took <= 4 + 1, got
+    late = next(l for l in got if l.startswith("rank 3: missing: "))
+    assert "PeerTimeoutError" in late and "after the other ranks had given up" in late, got
+    # The communicator is still usable: the late messages are not taken for the next step.
+    for r in range(4):
+        assert f"rank {r}: after: returned {r}" in got, got
+
+
+# ------------------------------------------------------------------ finding F
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["lmdb", "lmdbio-lmm-dio"])
+def test_a_rank_raising_mid_epoch_under_raise_releases_the_others(datasets, tmp_path, variant):
+    """Before: rank 0 waited in epoch(1)'s blocking allgather until the job was killed."""
+    out, got = run_coll(tmp_path, "coll_raise_mid_epoch.py", 2, datasets["cifar10"], variant,
+                        env={"LMDBIO_TIMEOUT": "5"}, timeout=40)
+    assert any(l.startswith("rank 1: caught Mistake") for l in got), (got, out.stderr[-2000:])
+    zero = next(l for l in got if l.startswith("rank 0: caught "))
+    assert re.match(r"rank 0: caught (PeerTimeoutError|PeerError): ", zero), got
+    assert "rank(s) [1]" in zero or "rank 1 " in zero, zero
+    assert float(zero.rsplit(" after ", 1)[1].split()[0]) <= 5 + 2, zero
+
+
+# ------------------------------------------------------------------ the agreement at P = 64
+def agreement(tmp_path, n, limit, stopped=None, timeout=240):
+    args = [limit] if stopped is None else [limit, stopped]
+    out, got = run_coll(tmp_path, "coll_agree.py", n, *args, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {r["rank"]: r for r in map(json.loads, got)}
+    assert sorted(rows) == list(range(n)), out.stdout[-2000:]
+    return rows
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [4, 64])
+def test_every_rank_present_agrees_in_log_p_messages(tmp_path, n):
+    rows = agreement(tmp_path, n, 20)
+    for r in rows.values():
+        assert (r["complete"], r["failed"], r["missing"]) == (True, sorted({1, n // 2, n - 1}), [])
+    assert sum(r["sent"] for r in rows.values()) == 2 * (n - 1)
+    assert max(r["sent"] for r in rows.values()) <= math.ceil(math.log2(n))
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("n,stopped", [(64, 8), (8, 0)])   # a rank with a subtree; the root
+def test_a_stopped_rank_is_named_by_every_other_rank(tmp_path, n, stopped):
+    limit = 10
+    rows = agreement(tmp_path, n, limit, stopped)
+    for rank, r in rows.items():
+        if rank == stopped:
+            assert r["complete"] is False, r   # it came after every other rank gave up
+            continue
+        assert (r["complete"], r["missing"]) == (False, [stopped]), r
+        assert r["seconds"] <= limit + 1, r
+        assert r["sent"] <= 3 + math.ceil(math.log2(n)), r
+
+
+# ------------------------------------------------------------------ one communicator, many Readers
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_readers_in_a_loop_on_one_communicator_never_hear_each_other(datasets, tmp_path):
+    """20 Readers on one communicator: late ranks, early breaks, abandoned exit agreements
+    and an application's own receive on the same communicator; every record right."""
+    out, got = run_coll(tmp_path, "coll_dup.py", 4, datasets["cifar10"], 20, 1,
+                        env={"LMDBIO_TIMEOUT": "5", "LMDBIO_EXIT_TIMEOUT": "1"}, timeout=180)
+    assert len(got) == 4 and all(" ok records=" in l for l in got), (got, out.stderr[-3000:])
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+# ------------------------------------------------------------------ STAG's close
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("buffered", [True, False])
+def test_stagger_waits_are_bounded_when_a_reader_never_comes(tmp_path, buffered):
+    """Before: with an MPI that does not buffer, reader 0's close() waited for ever."""
+    env = {"LMDBIO_TIMEOUT": "2", **({} if buffered else UNBUFFERED)}
+    out, got = run_coll(tmp_path, "coll_stagger.py", 3, env=env, timeout=40)
+    two = next(l for l in got if l.startswith("rank 2: "))
+    assert "turn raised PeerTimeoutError" in two and "rank 1, a reader of the previous" in two, got
+    zero = next(l for l in got if l.startswith("rank 0: "))
+    if buffered:   # its sends completed when MPI buffered them
+        assert "close ok" in zero, got
+    else:
+        assert "close raised PeerTimeoutError" in zero, got
+        assert "rank 1, a reader of the next stagger group, did not take its turn" in zero, got
+        assert float(zero.rsplit(" after ", 1)[1].split()[0]) <= 2 + 2, zero
