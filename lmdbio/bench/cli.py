@@ -13,7 +13,7 @@ from pathlib import Path
 from ..emulation import parse_compute_time, parse_model_bytes
 from .limit import RAW
 from .stats import format_report
-from .storage import Storage, parse_storage
+from .storage import Storage, parse_storage, point_span_counters
 from .sweep import make_points, read_summary, run_sweep, variant_names
 
 __all__ = ["add_bench_parser", "point_main"]
@@ -106,7 +106,10 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                    help="local (default); pfs:PROFILE: read through an emulated parallel file "
                         "system (lmdbio.pfs; profiles local, gpfs-2017, lustre) mounted for the "
                         "sweep; throttle:PROFILE: through throttled loop devices, one per virtual "
-                        "node (lmdbio.storage; profiles gpfs-2017, lustre; root)")
+                        "node (lmdbio.storage; profiles gpfs-2017, lustre; root); shared:PROFILE: "
+                        "one throttled target S read by every virtual node through its own "
+                        "direct-I/O device (lmdbio.storage.shared; profile gpfs-2017; time scale "
+                        "from LMDBIO_SHARED_TIME_SCALE; root)")
     p.add_argument("--ranks-per-node", type=int, default=None,
                    help="virtual nodes of K consecutive ranks (default: real nodes)")
     p.add_argument("--readers-per-node", type=int, default=1, help="readers per node (default 1)")
@@ -141,10 +144,15 @@ def point_main(argv: list[str]) -> int:
         pt = cfg["point"]
         storage = Storage.from_point(pt)
         storage.enter_node(comm)   # a throttled device: this rank joins its node's cgroup
+        s_before = point_span_counters(storage) if comm.rank == 0 else {}
         rows = run_point(comm, pt["dataset"], pt["variant"], pt["batch_size"], pt["iters"],
                          pt["cache"], pt["compute_time"], pt["model_bytes"], pt["ranks_per_node"],
                          pt["readers_per_node"], pt["warmup"], repeat=cfg["repeat"],
                          measure=cfg.get("measure", True), storage=storage)
+        if s_before:   # shared storage: S's counters before and after the whole point
+            span = point_span_counters(storage, s_before)
+            for r in rows:
+                r.update(span)
     except BaseException as exc:
         # One rank's failure must end the job, not leave the others in a collective.
         text = f"rank {comm.rank}: " + traceback.format_exc()

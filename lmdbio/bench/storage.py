@@ -10,16 +10,23 @@ an ext4 image with one throttled read-only loop device per virtual node
 (:mod:`lmdbio.storage`); each rank joins its node's cgroup at start-up and
 reads ``MNT/node{node}/<dataset>``, and the ``pfs_requests`` / ``pfs_bytes``
 columns count the loop devices' completed block-layer reads.
+``--storage shared:PROFILE`` puts them on one shared target S with one
+budget (:mod:`lmdbio.storage.shared`): each point sets S's budget for its
+P ranks, each virtual node reads through its own direct-I/O device, and
+``pfs_requests`` / ``pfs_bytes`` are the requests and bytes the blkio (or
+io) controller charged on S.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["Storage", "parse_storage", "pfs_counters", "PFS_COLUMNS", "reads_sidecar",
-           "verify_provenance_ahead", "with_prov_verify"]
+           "verify_provenance_ahead", "with_prov_verify", "shared_storage", "point_span_counters",
+           "s_counter_table"]
 
 #: Storage-model counters added to points.csv and summary.csv on a PFS sweep.
 PFS_COLUMNS = ("pfs_requests", "pfs_bytes", "pfs_mean_request_bytes", "pfs_queue_wait_s")
@@ -32,9 +39,10 @@ def parse_storage(text: str | None) -> tuple[str, str | None]:
     if text == "local":
         return "local", None
     kind, _, profile = text.partition(":")
-    if kind not in ("pfs", "throttle") or not profile:
-        raise ValueError(f"--storage takes 'local', 'pfs:PROFILE' (e.g. pfs:gpfs-2017) or "
-                         f"'throttle:PROFILE' (e.g. throttle:gpfs-2017), got {text!r}")
+    if kind not in ("pfs", "throttle", "shared") or not profile:
+        raise ValueError(f"--storage takes 'local', 'pfs:PROFILE' (e.g. pfs:gpfs-2017), "
+                         f"'throttle:PROFILE' (e.g. throttle:gpfs-2017) or 'shared:PROFILE' "
+                         f"(e.g. shared:gpfs-2017), got {text!r}")
     return kind, profile
 
 
@@ -48,6 +56,7 @@ class Storage:
         relpath: the dataset's path under each node view.
         ranks_per_node: ranks per (virtual) node; None: real nodes.
         throttle_state: the throttled device's state file (devices, cgroups); None otherwise.
+        shared_state: the shared target's state file (S, node devices, rule); None otherwise.
     """
 
     spec: str = "local"
@@ -55,12 +64,13 @@ class Storage:
     relpath: str | None = None
     ranks_per_node: int | None = None
     throttle_state: str | None = None
+    shared_state: str | None = None
 
     @classmethod
     def from_point(cls, point: dict) -> "Storage":
         return cls(point.get("storage") or "local", point.get("pfs_mount"),
                    point.get("pfs_relpath"), point.get("ranks_per_node") or None,
-                   point.get("throttle_state"))
+                   point.get("throttle_state"), point.get("shared_state"))
 
     @property
     def is_pfs(self) -> bool:
@@ -70,6 +80,10 @@ class Storage:
     @property
     def is_throttle(self) -> bool:
         return self.throttle_state is not None
+
+    @property
+    def is_shared(self) -> bool:
+        return self.shared_state is not None
 
     def _devices(self) -> list[str]:
         import json
@@ -82,6 +96,10 @@ class Storage:
             from ..storage import join_node
 
             join_node(self.node_of(comm.rank), self.throttle_state)
+        if self.is_shared:
+            from ..storage.shared import enter_point
+
+            enter_point(comm, self.shared_state)   # S's budget for this point's P ranks
 
     def leave_node(self) -> None:
         """On a throttled device: this process back to the root cgroup (see :meth:`enter_node`)."""
@@ -123,6 +141,14 @@ class Storage:
         """The eviction function for this rank's node (None: :func:`lmdbio.metrics.evict`)."""
         if not self.is_pfs:
             return None
+        if self.is_shared:
+            state = self.shared_state
+
+            def evict_shared(path):
+                from ..storage.shared import evict_node_file
+
+                evict_node_file(path, state)   # this node's file and device, and S's caches
+            return evict_shared
         if self.is_throttle:
             device = self._devices()[self.node_of(comm.rank)]
 
@@ -142,6 +168,12 @@ class Storage:
         """The storage model's counters now (``pfs_*`` columns); {} on local storage."""
         if not self.is_pfs:
             return {}
+        if self.is_shared:
+            from ..storage.shared import s_counters
+
+            c = s_counters(self.shared_state)
+            return {"pfs_requests": float(c["ios"]), "pfs_bytes": float(c["bytes"]),
+                    **{f"s_{k}": float(v) for k, v in c.items()}}
         if self.is_throttle:
             from ..storage import device_counters
 
@@ -235,3 +267,78 @@ def with_prov_verify(rows: list[dict], ahead: dict[str, dict]) -> list[dict]:
         if reads_sidecar(str(r.get("variant", ""))) and str(r.get("dataset")) in ahead:
             r.update(ahead[str(r["dataset"])])
     return rows
+
+
+@contextlib.contextmanager
+def shared_storage(points, profile: str):
+    """Put the points' dataset folders on one shared target (``--storage shared:PROFILE``).
+
+    The target has one node device per virtual node of the largest point;
+    each point sets S's budget for its own P ranks when it starts
+    (:func:`lmdbio.storage.shared.enter_point`). Yields ``{dataset: (target,
+    folder name)}``; every point then carries the mount, its path and the
+    state file.
+    """
+    import math
+
+    from ..format import db_file
+    from ..storage.shared import shared
+
+    rpn = {p.get("ranks_per_node") for p in points}
+    if None in rpn or len(rpn) != 1:
+        raise ValueError("--storage shared:PROFILE needs one --ranks-per-node for the sweep: it "
+                         "sets the virtual nodes that share the target")
+    rpn = rpn.pop()
+    nodes = max(math.ceil(p["nprocs"] / rpn) for p in points)
+    folders = {ds: db_file(ds).parent for ds in dict.fromkeys(p["dataset"] for p in points)}
+    with shared(list(dict.fromkeys(folders.values())), nodes=nodes, profile=profile,
+                ranks_per_node=rpn) as t:
+        for p in points:
+            p["pfs_mount"] = t.mnt
+            p["pfs_relpath"] = folders[p["dataset"]].name
+            p["shared_state"] = t.state_file
+        yield {ds: (t, f.name) for ds, f in folders.items()}
+
+
+def point_span_counters(storage: Storage, before: dict | None = None) -> dict:
+    """S's absolute counters at a point's start (``before=None``) or the point's before/after.
+
+    On shared storage only ({} otherwise): ``s_point_{ios,bytes,dev_requests}_{before,after}``,
+    the whole point (setup and warmup too), beside the timed window's ``pfs_*`` deltas.
+    """
+    if not storage.is_shared:
+        return {}
+    from ..storage.shared import s_counters
+
+    now = s_counters(storage.shared_state)
+    if before is None:
+        return now
+    import json
+
+    limits = json.loads(Path(storage.shared_state).read_text())["limits"]
+    keys = ("ios", "bytes", "dev_requests")
+    return {**{f"s_point_{k}_before": before[k] for k in keys},
+            **{f"s_point_{k}_after": now[k] for k in keys},
+            "s_budget_bps": limits["read_bps"], "s_budget_iops": limits["read_iops"]}
+
+
+def s_counter_table(points_csv) -> "object":
+    """One row per point x repeat of a shared sweep: S's requests and bytes, point and timed window."""
+    import pandas as pd
+
+    df = pd.read_csv(points_csv)
+    keep = ["variant", "nprocs", "cache", "repeat", "storage", "s_budget_bps", "s_budget_iops",
+            "pfs_requests", "pfs_bytes",
+            "pfs_mean_request_bytes", "s_dev_requests", "s_dev_merges", "s_dev_bytes", "s_dev_busy_s",
+            "s_point_ios_before", "s_point_ios_after", "s_point_bytes_before",
+            "s_point_bytes_after", "s_point_dev_requests_before", "s_point_dev_requests_after"]
+    df = df.drop_duplicates(["variant", "nprocs", "cache", "repeat"])
+    out = df[[c for c in keep if c in df]].rename(columns={
+        "pfs_requests": "timed_s_ios", "pfs_bytes": "timed_s_bytes",
+        "pfs_mean_request_bytes": "timed_s_mean_bio_bytes", "s_dev_requests": "timed_s_dev_requests",
+        "s_dev_merges": "timed_s_dev_merges", "s_dev_bytes": "timed_s_dev_bytes",
+        "s_dev_busy_s": "timed_s_dev_busy_s"})
+    if "s_point_ios_after" in out:
+        out["point_s_ios"] = out["s_point_ios_after"] - out["s_point_ios_before"]
+        out["point_s_bytes"] = out["s_point_bytes_after"] - out["s_point_bytes_before"]
+    return out.reset_index(drop=True)

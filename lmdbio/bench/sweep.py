@@ -112,7 +112,7 @@ def _mounted(points: Sequence[dict]):
     Yields ``{dataset: mount}``; every point then carries its mount and path.
     """
     kinds = {parse_storage(p.get("storage")) for p in points}
-    pfs = [k for k in kinds if k[0] in ("pfs", "throttle")]
+    pfs = [k for k in kinds if k[0] in ("pfs", "throttle", "shared")]
     if not pfs:
         yield {}
         return
@@ -120,6 +120,12 @@ def _mounted(points: Sequence[dict]):
         raise ValueError("one storage per sweep: run local, pfs and throttle sweeps separately")
     if pfs[0][0] == "throttle":
         with _throttled(points, pfs[0][1]) as mounts:
+            yield mounts
+        return
+    if pfs[0][0] == "shared":
+        from .storage import shared_storage
+
+        with shared_storage(points, pfs[0][1]) as mounts:
             yield mounts
         return
     profile = pfs[0][1]

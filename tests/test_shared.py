@@ -1,0 +1,248 @@
+"""The shared storage target (lmdbio.storage.shared): one budget on S, private node caches, nothing left.
+
+The device tests (marked ``throttled``, so ``make test-fast`` leaves them out)
+skip, saying why, where a target cannot be made (not root, no loop devices,
+no blkio/io controller, no mkfs.ext4). The one timing check compares two
+reads of the same bytes on the same device, one node against two at once,
+in a wide band: it asserts that the budget is shared, not how fast S is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lmdbio.storage import shared as sh
+
+ROOT = Path(__file__).resolve().parents[1]
+OK, WHY = sh.shared_available()
+needs_device = pytest.mark.skipif(not OK, reason=f"no shared storage target here: {WHY}")
+#: Fixed budget of the timing check: 16 MiB of file per node read in about 0.8 s alone.
+BPS, IOPS = 20_000_000, 100_000
+FILE_BYTES = 16 << 20
+
+
+def leftovers() -> dict:
+    out = sh._leftovers()
+    out["rules"] = sh.v1_rules() if os.path.isdir(sh.V1_ROOT) else {}
+    return out
+
+
+@pytest.fixture
+def nothing_left():
+    """Every test leaves no loop device, mount, cgroup or blkio rule of its own."""
+    before = leftovers()
+    yield
+    deadline = time.monotonic() + 20    # a janitor may still be at work
+    while True:
+        after = leftovers()
+        new = {k: sorted(set(after[k]) - set(before[k])) for k in after}
+        if not any(new.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert not any(new.values()), f"left behind: {new}"
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    """A folder with one incompressible file (the storage is under test, not LMDB)."""
+    d = tmp_path_factory.mktemp("shared_src") / "ds"
+    d.mkdir()
+    (d / "blob.bin").write_bytes(os.urandom(FILE_BYTES))
+    return d
+
+
+def _read(paths: list[str]) -> float:
+    """Seconds for one process per path to read its whole file at once (buffered, 1 MiB reads)."""
+    code = ("import sys\nf = open(sys.argv[1], 'rb')\n"
+            "while f.read(1 << 20):\n    pass\n")
+    t0 = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, "-c", code, p]) for p in paths]
+    assert [p.wait(timeout=60) for p in procs] == [0] * len(paths)
+    return time.monotonic() - t0
+
+
+# --- without a device -------------------------------------------------------------------------
+
+def test_profiles_are_sourced_ranged_and_scale_with_the_run():
+    for name in sh.SHARED_PROFILES:
+        p = sh.load_shared_profile(name)
+        for key in ("fs_bw", "fs_iops", "clients", "ranks_per_client", "read_ahead_kb",
+                    "time_scale"):
+            kind = p.sources[key].split(":")[0].split()[0]
+            assert kind in ("source", "estimate", "choice"), (name, key)
+            if kind == "estimate" or key in p.ranges:
+                low, high = p.ranges[key]        # every estimate carries a range
+                assert low <= getattr(p, key) <= high, (name, key)
+    p = sh.load_shared_profile("gpfs-2017", time_scale=1.0)
+    one = p.limits(36 * 256)                        # the whole file system
+    assert one == (int(p.fs_bw), int(p.fs_iops))
+    four, sixteen = p.limits(4), p.limits(16)
+    assert sixteen[0] == pytest.approx(4 * four[0], rel=1e-6)   # the run's nodes' share
+    fast = sh.load_shared_profile("gpfs-2017", time_scale=0.5).limits(16)
+    assert fast[0] == pytest.approx(2 * sixteen[0], rel=1e-6)
+    assert fast[0] / fast[1] == pytest.approx(sixteen[0] / sixteen[1], rel=1e-2)  # k keeps the ratio
+    with pytest.raises(sh.ConfigurationError, match="unknown shared-storage profile"):
+        sh.load_shared_profile("nfs")
+
+
+def test_time_scale_from_the_environment(monkeypatch):
+    monkeypatch.setenv(sh.SHARED_TIME_SCALE_ENV, "2")
+    assert sh.load_shared_profile("gpfs-2017").time_scale == 2.0
+    monkeypatch.setenv(sh.SHARED_TIME_SCALE_ENV, "fast")
+    with pytest.raises(sh.ConfigurationError, match=sh.SHARED_TIME_SCALE_ENV):
+        sh.load_shared_profile("gpfs-2017")
+
+
+def test_cgroup_v2_rule_is_one_io_max(tmp_path):
+    """The v2 backend's rule (written here into a folder standing in for the cgroup)."""
+    cg = tmp_path / "cg"
+    cg.mkdir()
+    st = {"state_file": str(tmp_path / "state.json"), "s_majmin": "7:3",
+          "rule": {"version": 2, "root": str(tmp_path), "cgroup": str(cg), "enabled": []},
+          "limits": {}}
+    sh.set_budget(st, 5_000_000, 300)
+    assert (cg / "io.max").read_text() == "7:3 rbps=5000000 riops=300"
+    assert json.loads(Path(st["state_file"]).read_text())["limits"]["read_iops"] == 300
+    with pytest.raises(ValueError, match="positive"):
+        sh.set_budget(st, 0, 300)
+
+
+def test_unavailable_is_one_line_saying_why(monkeypatch, src):
+    from lmdbio.storage import throttle as th
+
+    monkeypatch.setattr(th.os, "geteuid", lambda: 1000)
+    ok, why = sh.shared_available()
+    assert not ok and "root" in why and "\n" not in why
+    with pytest.raises(sh.ThrottleUnavailable, match="root"):
+        with sh.shared(src):
+            pass
+
+
+def test_bench_parses_shared_storage():
+    from lmdbio.bench.storage import Storage, parse_storage
+
+    assert parse_storage("shared:gpfs-2017") == ("shared", "gpfs-2017")
+    with pytest.raises(ValueError, match="shared:PROFILE"):
+        parse_storage("shared")
+    st = Storage.from_point({"storage": "shared:gpfs-2017", "pfs_mount": "/m", "pfs_relpath": "ds",
+                             "ranks_per_node": 4, "shared_state": "/s.json"})
+    assert st.is_shared and not st.is_throttle and st.node_of(5) == 1
+    assert st.reader_path("/x/ds") == "/m/node{node}/ds"
+
+
+# --- on a device ------------------------------------------------------------------------------
+
+@needs_device
+@pytest.mark.throttled
+def test_two_nodes_share_one_budget_and_cache_apart(src, nothing_left):
+    with sh.shared(src, nodes=2, read_bps=BPS, read_iops=IOPS) as s:
+        rule = s._state["rule"]
+        if rule["version"] == 1:
+            assert sh.v1_rules()[s.s_majmin] == (BPS, IOPS)
+            for dev in s.devices:                      # the nodes carry no rule of their own
+                assert sh._majmin(dev) not in sh.v1_rules()
+        else:
+            assert Path(rule["cgroup"], "io.max").read_text().split()[:1] == [s.s_majmin]
+            s.join()
+        f0, f1 = s.path(0, "ds/blob.bin"), s.path(1, "ds/blob.bin")
+        assert Path(f0).read_bytes()[:4096] == (src / "blob.bin").read_bytes()[:4096]
+        s.evict()
+        c0 = s.counters()["s"]
+        alone = _read([f0])
+        c1 = s.counters()["s"]
+        assert c1["bytes"] - c0["bytes"] >= FILE_BYTES           # node 0's misses were reads of S
+        # a warm re-read is node 0's own cache: S is not asked
+        _read([f0])
+        assert s.counters()["s"]["bytes"] == c1["bytes"]
+        assert s.counters()["s"]["ios"] == c1["ios"]
+        # node 1 does not see node 0's cache: its read goes to S
+        _read([f1])
+        c2 = s.counters()["s"]
+        assert c2["bytes"] - c1["bytes"] >= FILE_BYTES
+        # both cold, both at once: one budget, so about twice as long as one alone
+        s.evict()
+        both = _read([f0, f1])
+        c3 = s.counters()["s"]
+        assert c3["bytes"] - c2["bytes"] >= 2 * FILE_BYTES
+        ratio = both / alone
+        assert 1.6 <= ratio <= 2.6, (f"two nodes at once took {both:.2f} s, one alone {alone:.2f} s "
+                                     f"(ratio {ratio:.2f}); a shared budget gives about 2")
+
+
+@needs_device
+@pytest.mark.throttled
+def test_nothing_stays_after_an_exception(src, nothing_left):
+    with pytest.raises(RuntimeError, match="inside"):
+        with sh.shared(src, nodes=2) as s:
+            state = dict(s._state)
+            assert sh.v1_rules().get(s.s_majmin) or s._state["rule"]["version"] == 2
+            raise RuntimeError("inside the block")
+    assert not os.path.exists(state["workdir"])
+    assert s.s_majmin not in sh.v1_rules()
+    assert sh.SHARED_STATE_ENV not in os.environ
+
+
+@needs_device
+@pytest.mark.throttled
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_nothing_stays_after_the_holder_is_killed(src, nothing_left, sig):
+    """SIGTERM: the handler raises and finally cleans up; SIGKILL: the janitor does."""
+    code = ("import json, time; from lmdbio.storage.shared import shared\n"
+            f"with shared({str(src)!r}, nodes=2) as s:\n"
+            "    print(json.dumps(dict(workdir=s.state_file.rsplit('/', 1)[0], s=s.s_majmin)),"
+            " flush=True)\n"
+            "    time.sleep(120)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    info = None
+    try:
+        info = json.loads(p.stdout.readline())
+        assert os.path.isdir(info["workdir"])
+        assert any(info["workdir"] in m for m in sh._mount_points())
+        p.send_signal(sig)
+        p.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while (os.path.exists(info["workdir"]) or info["s"] in sh.v1_rules()) \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not os.path.exists(info["workdir"])
+        assert info["s"] not in sh.v1_rules()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if info is not None:
+            sh.cleanup(os.path.join(info["workdir"], "state.json"))
+
+
+@needs_device
+@pytest.mark.throttled
+@pytest.mark.mpi
+def test_bench_sweep_on_the_shared_target(tmp_path, nothing_left):
+    """``lmdbio bench --storage shared:PROFILE``: 2 virtual nodes, S's budget and counters per point."""
+    from lmdbio import bench
+    from lmdbio.bench.storage import s_counter_table
+    from lmdbio.datasets import make_dataset
+
+    ds = make_dataset(tmp_path / "ds", "cifar10", 300, commit_every=100, seed=3)
+    pts = bench.make_points([str(ds)], ["lmdbio-lmm-dio"], [2], ["cold"], 16, 3,
+                            ranks_per_node=1, storage="shared:gpfs-2017", baselines=False)
+    s = bench.run_sweep(pts, tmp_path / "out", progress=False)
+    assert (s["status"] == "ok").all(), s["error"].tolist()
+    assert set(s["storage"]) == {"shared:gpfs-2017"}
+    assert (s["pfs_requests"] > 0).all() and (s["pfs_bytes"] > 0).all()   # the timed reads hit S
+    assert (s["resident_fraction"] <= 0.05).all()
+    meta = json.loads((tmp_path / "out" / "meta.json").read_text())
+    assert meta["config"]["pfs"]["kind"] == "shared"
+    t = s_counter_table(tmp_path / "out" / "points.csv")
+    assert (t["point_s_bytes"] >= t["timed_s_bytes"]).all() and (t["timed_s_bytes"] > 0).all()
+    # the point set S's budget for its own 2 ranks
+    assert (t["s_budget_bps"] == sh.load_shared_profile("gpfs-2017").limits(2)[0]).all()
