@@ -42,7 +42,9 @@ _GROW, _NREC, _SEQ, _CTL_LEN = 0, 1, 2, 3
 class GroupBuffer:
     """Rotating shared-memory slots of one reader group (rank 0 of ``comm`` is the reader).
 
-    The reader fills the slot of chunk ``c`` (slot ``c % S`` of S slots) and publishes the
+    Chunks are numbered by hand-off (0, 1, 2, ... in the order the group reads them; the
+    Pipeline's numbering, so a jump in the batches read never skips a slot). The reader
+    fills the slot of chunk ``c`` (slot ``c % S`` of S slots) and publishes the
     records' (offset, size) pairs in a shared header; the group's ranks get
     zero-copy views. Hand-offs are sequence numbers in shared memory, not MPI
     barriers: each rank stores the chunk it asks for (its *ack*), the reader
@@ -50,7 +52,8 @@ class GroupBuffer:
     (:mod:`lmdbio.waiting`), so waiting ranks do not steal the reader's CPU.
 
     Lifetime: with S slots, the reader refills a slot (chunk ``c``) only once
-    every rank has asked for chunk ``c - S + 2`` (plus ``lag`` where ranks read ahead). A batch from chunk ``c - S``
+    every rank has asked for chunk ``c - S + 2`` (plus ``lag`` where ranks read ahead).
+    A batch from chunk ``c - S``
     is then at least two ``read_batch()`` calls old, which is the documented
     lifetime: valid until the rank's second following ``read_batch()``. With
     S slots the reader can run S - 2 chunks ahead of the slowest rank, so a
@@ -78,6 +81,7 @@ class GroupBuffer:
         if nslots < self.MIN_SLOTS + lag:
             raise ValueError(f"nslots must be at least {self.MIN_SLOTS} + lag ({lag}), got {nslots}")
         self.nslots = int(nslots)
+        self._firsts: dict[int, int] = {}   # hand-off -> its first batch, for messages
         # Chunks a rank may still hold beyond the two the lifetime rule counts: a rank that
         # reads ahead (prefetch depth d) asks for chunks up to d + 1 past the batches its
         # caller still holds, so a slot is refilled only once every rank asked ``lag`` further.
@@ -162,9 +166,21 @@ class GroupBuffer:
             for d in self._data:
                 prefault(d, write=False)
 
+    def _note(self, chunk: int, t: int) -> None:
+        """Remember hand-off ``chunk``'s first batch ``t`` (for messages; -1: unknown)."""
+        if t >= 0:
+            self._firsts[chunk] = t
+            self._firsts.pop(chunk - 4 * self.nslots, None)
+
     def _batches(self, chunk: int) -> str:
+        """The batches of hand-off ``chunk``, as the messages name them."""
         k = self.batches_per_chunk
-        return f"batch {chunk}" if k == 1 else f"batches {chunk * k}..{chunk * k + k - 1}"
+        t = self._firsts.get(chunk)
+        if t is None:
+            if self._firsts:   # reading jumped: the hand-off number is all this rank knows
+                return f"hand-off {chunk}"
+            t = chunk * k
+        return f"batch {t}" if k == 1 else f"batches {t}..{t + k - 1}"
     # -- window plumbing -------------------------------------------------
     def _allocate(self, nbytes: int):
         if self.comm.size == 1:
@@ -208,12 +224,13 @@ class GroupBuffer:
             self._hdr_win.Sync()
 
     # -- reader side -----------------------------------------------------
-    def reserve(self, chunk: int, nbytes: int) -> np.ndarray:
+    def reserve(self, chunk: int, nbytes: int, t: int = -1) -> np.ndarray:
         """Reader: a writable array of at least ``nbytes`` for ``chunk``'s slot.
 
         Waits until the slot's previous chunk is out of use; collective with
         the group if the slot has to grow.
         """
+        self._note(chunk, t)
         slot = chunk % self.nslots
         if chunk >= self.nslots and self.comm.size > 1:
             need = chunk - self.nslots + 2 + self.lag
@@ -260,8 +277,9 @@ class GroupBuffer:
                         f"ran out of room ({_size(shm_free() or 0)} free now). {_ADVICE}")
         return self._data[slot]
 
-    def publish(self, chunk: int, offsets: np.ndarray, sizes: np.ndarray) -> None:
+    def publish(self, chunk: int, offsets: np.ndarray, sizes: np.ndarray, t: int = -1) -> None:
         """Reader: announce the records now in ``chunk``'s slot."""
+        self._note(chunk, t)
         slot = chunk % self.nslots
         n = len(offsets)
         if n > self.max_records:
@@ -281,8 +299,9 @@ class GroupBuffer:
             wake_word(self.header[slot], _SEQ, self._seq_addr[slot])
 
     # -- group side ------------------------------------------------------
-    def receive(self, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def receive(self, chunk: int, t: int = -1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every rank but the reader: ask for ``chunk`` and wait until it is there."""
+        self._note(chunk, t)
         slot = chunk % self.nslots
         me = self.comm.rank
         self.acks[me] = chunk

@@ -134,6 +134,7 @@ class Pipeline:
         self.epoch: EpochRows | None = None
         self._all_positions = False          # the locator's tables cover every record
         self._chunk = -1
+        self._seq = -1   # hand-offs so far: the distributor's buffers rotate by it
         self._indices: tuple = (-1, None)   # (chunk, this rank's stream indices of its batches)
 
     # -- setup: prepare, open (inside the Reader's snapshot agreement), setup
@@ -208,30 +209,36 @@ class Pipeline:
         lay = self.layout
         chunk, it = divmod(t, lay.k)
         if chunk != self._chunk:
+            # Buffers rotate by hand-off number, the chunks in the order they are read (the
+            # same on every rank of a group), not by chunk number: where reading jumps (an
+            # epoch left early, the stream after an epoch) the slot a held batch views is
+            # then still the one refilled last.
+            self._seq += 1
             if self.is_reader:
-                self._fill(chunk, rec)
+                self._fill(chunk, self._seq, rec)
             else:
-                self.distributor.receive(chunk, rec, t)
+                self.distributor.receive(self._seq, rec, t)
             self._chunk = chunk
+        seq = self._seq
         share, r = self.per_rank, self.comm.rank
         if lay.rows is None:
             if self._indices[0] != chunk:   # this rank's indices of the chunk's k batches
                 self._indices = (chunk, stream_block(chunk * lay.k, lay.k, lay.batch, r * share,
                                                      share, lay.n))
-            return self.distributor.batch(chunk, it, self._indices[1][it])
+            return self.distributor.batch(seq, it, self._indices[1][it])
         i = t - lay.t0
-        b = self.distributor.batch(chunk, it, lay.rows[i, r * share:(r + 1) * share])
+        b = self.distributor.batch(seq, it, lay.rows[i, r * share:(r + 1) * share])
         keep = self.epoch.kept(i, r, share)
         if keep < share:   # a short last batch: this rank's share is the front of its block
             b = Batch(b.buffer, b.offsets[:keep], b.sizes[:keep], b.indices[:keep])
         return b
 
-    def _fill(self, chunk: int, rec) -> None:
-        """Reader: locate and fetch one chunk's records into the distributor's buffer, publish
-        them. With a window (a shuffled epoch), the fetch reads the windows the chunk needs
-        and are not in memory yet (none, one or two), in this chunk's one turn."""
+    def _fill(self, chunk: int, seq: int, rec) -> None:
+        """Reader: locate and fetch one chunk's records into the distributor's buffer (hand-off
+        ``seq``), publish them. With a window (a shuffled epoch), the fetch reads the windows
+        the chunk needs and are not in memory yet (none, one or two), in this chunk's one turn."""
         t = chunk * self.layout.k
-        alloc = lambda nbytes: self.distributor.reserve(chunk, nbytes)   # noqa: E731
+        alloc = lambda nbytes: self.distributor.reserve(seq, nbytes, t)   # noqa: E731
         todo = self.window.locate(chunk, self.locator, alloc, rec)
         fetched = []
         with self.stagger.turn(rec, t):
@@ -243,7 +250,7 @@ class Pipeline:
                     for key, value in part.items():
                         row[key] = row.get(key, 0) + value
         offsets, sizes = self.window.serve(chunk, fetched, alloc, rec)
-        self.distributor.publish(chunk, offsets, sizes, rec, t)
+        self.distributor.publish(seq, offsets, sizes, rec, t)
 
     def describe(self) -> dict:
         return self.locator.describe()

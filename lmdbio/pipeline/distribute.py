@@ -45,7 +45,7 @@ class Private(Distributor):
         for s in self._slots:
             prefault(s)   # now, not in the first batches
 
-    def reserve(self, chunk: int, nbytes: int) -> np.ndarray:
+    def reserve(self, chunk: int, nbytes: int, t: int = -1) -> np.ndarray:
         if not self.nslots:
             self._buf = np.empty(nbytes, dtype=np.uint8)
             return self._buf
@@ -99,16 +99,16 @@ class NodeGroup(Distributor):
         self.gb = GroupBuffer(topo.group_comm, layout.count * layout.k, capacity, nslots,
                               names=topo.group_ranks, batches_per_chunk=layout.k, lag=self.ahead)
 
-    def reserve(self, chunk: int, nbytes: int) -> np.ndarray:
-        return self.gb.reserve(chunk, nbytes)
+    def reserve(self, chunk: int, nbytes: int, t: int = -1) -> np.ndarray:
+        return self.gb.reserve(chunk, nbytes, t)
 
     def publish(self, chunk: int, offsets: np.ndarray, sizes: np.ndarray, rec, t: int) -> None:
         with rec.phase("distribute", t, chain=True):
-            self.gb.publish(chunk, offsets, sizes)
+            self.gb.publish(chunk, offsets, sizes, t)
 
     def receive(self, chunk: int, rec, t: int) -> None:
         with rec.phase("wait", t):
-            self.gb.receive(chunk)
+            self.gb.receive(chunk, t)
 
     def batch(self, chunk: int, it: int, indices: np.ndarray) -> Batch:
         data, offs, sizes = self.gb.current(chunk)

@@ -6,9 +6,8 @@ one of them finds that check stamped for this sidecar, file and version
 (:mod:`lmdbio.verified`). Nothing is checked per chunk after that: the
 sidecar in memory is the one checked, and the read transaction every reader
 holds keeps the pages of the checked version from being reused by a writer
-(an edit of the file outside LMDB changes its ctime, which voids a stamp).
-Until this round each chunk re-read its first and last record's leaf page,
-two small preads per chunk that DIO does not make.
+(an edit of the file outside LMDB changes its ctime, which voids a stamp),
+so PROV makes no per-chunk pread that DIO does not make.
 ``lmdbio-direct`` uses :class:`ProvOrIndex`: the sidecar where every rank
 can load it for the agreed snapshot and its check passes, else DIO's index.
 """

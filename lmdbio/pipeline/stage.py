@@ -111,7 +111,12 @@ class Fetcher:
 
 
 class Distributor:
-    """Owns the buffers chunks land in, and hands each rank its share of a batch as a Batch."""
+    """Owns the buffers chunks land in, and hands each rank its share of a batch as a Batch.
+
+    Its methods number chunks by hand-off (``seq``): 0, 1, 2, ... in the order the chunks are
+    read, the same on every rank that shares the buffers, whatever the chunks' own numbers
+    (reading jumps at epoch boundaries). ``t`` is the chunk's first batch, for messages.
+    """
 
     name = ""
     is_reader = True
@@ -125,16 +130,16 @@ class Distributor:
     def setup(self, layout, capacity: int) -> None:
         """Allocate the buffers (collective over the ranks that share them)."""
 
-    def reserve(self, chunk: int, nbytes: int) -> np.ndarray:
+    def reserve(self, seq: int, nbytes: int, t: int = -1) -> np.ndarray:
         raise NotImplementedError
 
-    def publish(self, chunk: int, offsets: np.ndarray, sizes: np.ndarray, rec, t: int) -> None:
+    def publish(self, seq: int, offsets: np.ndarray, sizes: np.ndarray, rec, t: int) -> None:
         raise NotImplementedError
 
-    def receive(self, chunk: int, rec, t: int) -> None:
-        """Ranks that do not read: wait until ``chunk`` is published."""
+    def receive(self, seq: int, rec, t: int) -> None:
+        """Ranks that do not read: wait until hand-off ``seq`` is published."""
 
-    def batch(self, chunk: int, it: int, indices: np.ndarray):
+    def batch(self, seq: int, it: int, indices: np.ndarray):
         raise NotImplementedError
 
     def abandon(self) -> None:
