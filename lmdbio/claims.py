@@ -5,18 +5,26 @@ Every claim is judged in three settings, each from its own results folder:
 - ``local``: measured on this machine's local disk (``NN_name/summary.csv`` or ``rows.csv``);
 - ``gpfs``: measured through the emulated GPFS, ``lmdbio.pfs`` (``NN_name/gpfs/``);
 - ``model``: ``lmdbio model predict --platform bebop`` at the papers' scale
-  (``model_prediction/predictions.csv`` and its estimate ranges, ``sensitivity.csv``).
+  (``model_prediction/predictions.csv``, its joint samples ``joint.csv`` and the
+  poster-axis check of ``absolute.csv``).
 
 The verdicts are defined here once and used by every table:
 
 - **direction** (``verdict``), measured: ``yes`` only when the smallest repeat
   clears the threshold, ``no`` only when the largest is below it,
   ``inconclusive`` otherwise (one repeat: judged from it, and said so);
-  model: ``yes``/``no`` only when the whole band (every estimate at each end of
-  its range, :mod:`lmdbio.model.predict`'s ``sensitivity.csv``) agrees, else
-  ``open``, naming the estimate that decides it;
-- **magnitude**, against the paper's own factor: ``reproduced`` (within 2x of
-  it), ``smaller``, ``larger``; ``no paper factor`` where the paper states none.
+  model: the band is 5-95% of the joint samples (every estimate drawn at once
+  over its range, :mod:`lmdbio.model.uncertainty`, ``joint.csv``); ``yes``/``no``
+  only when every sample is on one side of the threshold, else ``open``,
+  naming the estimates the samples follow most; ``not judged by the model``
+  when the setup fixes the answer (two variants that are one run by
+  construction, or an I/O share that even the storage's aggregate bandwidth
+  decides). Model rows come one per workload wherever both are modelled;
+- **magnitude**, against the paper's own factor: measured, ``reproduced``
+  (within 2x of it), ``smaller``, ``larger``; model, from its band
+  (:func:`band_word`): ``consistent`` (the band overlaps [f/2, 2f]),
+  ``uninformative`` (the band spans more than 10x), ``smaller``, ``larger``;
+  ``no paper factor`` where the paper states none.
 
 Every ``why`` is built from the data: the verdict's numbers, then the phase
 (measured) or the mechanism (model) that dominates each variant compared.
@@ -47,7 +55,7 @@ from .scales import COMMITTED_RESULTS, REPO
 
 __all__ = ["Claim", "CLAIMS", "claim", "SETTINGS", "SETTING_LABELS", "COLUMNS", "DETAILS", "VERDICTS",
            "FULL", "FACTOR_TOLERANCE", "NO_FACTOR", "MODEL_DIR", "REPEATS_DIR", "setting_dir", "resolve", "series",
-           "direction", "band_verdict", "magnitude", "read_repeats", "compare_runs",
+           "direction", "band_verdict", "magnitude", "band_word", "axis_rows", "CHECKS", "read_repeats", "compare_runs",
            "evaluate", "write", "render", "show", "readme_table", "update_readme", "rendered_blocks",
            "render_validation", "render_split", "render_claims_summary",
            "SPLIT", "split_table", "write_split", "TRAINING", "main"]
@@ -60,7 +68,7 @@ COLUMNS = ["claim", "setting", "measured", "criterion", "verdict", "why"]
 DETAILS = ["magnitude", "band_low", "band_high", "paper_factor", "dataset", "repeats", "decides",
            "paper", "notebook", "quantity", "nprocs", "value", "threshold", "source"]
 #: Every verdict a row can have ("no data": the setting has no results).
-VERDICTS = ("yes", "no", "inconclusive", "open", "no data")
+VERDICTS = ("yes", "no", "inconclusive", "open", "not judged by the model", "no data")
 README = REPO / "figures" / "README.md"
 MARK_START = "<!-- claims.csv: rendered by `python -m lmdbio.claims`; do not edit by hand -->"
 MARK_END = "<!-- end of claims.csv -->"
@@ -93,7 +101,8 @@ def direction(lo: float, hi: float, threshold: float) -> str:
 
 
 def band_verdict(low: float, high: float, threshold: float) -> str:
-    """The model's verdict: yes/no only when the whole band of estimates agrees, else open."""
+    """The model's verdict from its lowest and highest joint sample: yes/no only when every
+    sample is on one side of the threshold, else open."""
     v = direction(low, high, threshold)
     return "open" if v == "inconclusive" else v
 
@@ -250,65 +259,163 @@ def _timeline_ratio(base: pd.DataFrame, fast: pd.DataFrame, slow_name: str, fast
     return r
 
 
-# --- the model setting: predictions and their band over the estimates' ranges ---------------------
+# --- the model setting: predictions and their band over the joint samples of every estimate -------
+
+#: The model's band: 5-95% of the joint samples (lmdbio.model.uncertainty).
+MODEL_BAND = (0.05, 0.95)
+#: A model band wider than this (high / low) says little: its band word is "uninformative".
+UNINFORMATIVE = 10.0
+#: Aggregate read bandwidth of the papers' storage at its most generous (lmdbio.model.absolute):
+#: the floor below which no I/O of one iteration can go.
+FLOOR_BW = 23e9
+#: The papers' workloads in the model, by the dataset name the claims use.
+WORKLOAD_OF = {"cifar10": "cifar10-large-alexnet", "imagenet": "imagenet-caffenet"}
+DATASET_OF = {w: d for d, w in WORKLOAD_OF.items()}
+NOT_JUDGED = "not judged by the model"
+
 
 def _io_s(p: pd.DataFrame) -> pd.Series:
     # I/O time: the setup and every iteration's phases other than compute and the allreduce.
     return p["setup_s"] + p["iterations"] * (p["per_iteration_s"] - p["compute_s"] - p["communicate_s"])
 
 
+def _default_batch(d: Path, workload: str) -> str | None:
+    """The batch reading the verdicts use (meta.json's ``default_batch``; None: not recorded)."""
+    f = d / "meta.json"
+    try:
+        import json
+        return json.loads(f.read_text()).get("default_batch", {}).get(workload)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def _model_frames(d: Path, workload: str) -> tuple[pd.DataFrame, pd.DataFrame | None] | None:
+    """The central predictions and the joint samples of one workload, under its default batch."""
     f = d / "predictions.csv"
     if not f.exists():
         return None
     p = pd.read_csv(f)
-    p = p[p["workload"] == workload]
-    if "cache" in p.columns:
-        p = p[p["cache"] == "cold"]
-    p = p.assign(io_s=_io_s(p))
-    s = None
-    if (d / "sensitivity.csv").exists():
-        s = pd.read_csv(d / "sensitivity.csv")
-        s = s[s["workload"] == workload]
-        s = s.assign(io_s=_io_s(s))
+    batch = _default_batch(d, workload)
+
+    def pick(df):
+        df = df[df["workload"] == workload]
+        if "cache" in df.columns:
+            df = df[df["cache"] == "cold"]
+        if "batch" in df.columns:
+            df = df[df["batch"] == (batch or df["batch"].iloc[0])] if len(df) else df
+        return df.assign(io_s=_io_s(df))
+    p = pick(p)
+    s = pick(pd.read_csv(d / "joint.csv")) if (d / "joint.csv").exists() else None
     return p, s
 
 
-def _band(central: pd.DataFrame, sens: pd.DataFrame | None, value: Callable[[pd.DataFrame], pd.Series]
+def _band(central: pd.DataFrame, joint: pd.DataFrame | None, value: Callable[[pd.DataFrame], pd.Series]
           ) -> pd.DataFrame:
-    """value per P (central), its band over every estimate's low and high end, and each end's value."""
+    """value per P (central) and over the joint samples: the 5-95% band, every sample's extremes,
+    and per P a frame of the samples (their estimate columns and the value) for the deciders."""
     c = value(central).rename("value")
     out = c.to_frame()
-    out["lo"] = out["hi"] = out["value"]
-    out["repeats"] = 0
+    out["lo"] = out["hi"] = out["smin"] = out["smax"] = out["value"]
+    out["samples"] = 0
     out["decides"] = ""
-    out["ends"] = [{} for _ in range(len(out))]
-    if sens is not None and len(sens):
-        for (est, end), g in sens.groupby(["estimate", "end"]):
+    out["frames"] = [None] * len(out)
+    if joint is not None and len(joint):
+        xcols = [k for k in joint.columns if k.startswith("x:")]
+        per = []
+        for i, g in joint.groupby("sample"):
             v = value(g)
-            for p, x in v.items():
-                if p in out.index and math.isfinite(x):
-                    out.at[p, "ends"][f"{est} {end}"] = float(x)
-        out["lo"] = [min([v] + list(e.values())) for v, e in zip(out["value"], out["ends"])]
-        out["hi"] = [max([v] + list(e.values())) for v, e in zip(out["value"], out["ends"])]
+            per.append(pd.DataFrame({"sample": i, "nprocs": v.index, "v": v.to_numpy()}))
+        per = pd.concat(per, ignore_index=True).dropna()
+        xs = joint.drop_duplicates("sample").set_index("sample")[xcols]
+        for p, g in per.groupby("nprocs"):
+            if p not in out.index or not len(g):
+                continue
+            v = g["v"].to_numpy(float)
+            out.at[p, "lo"], out.at[p, "hi"] = (float(np.quantile(v, MODEL_BAND[0])),
+                                                 float(np.quantile(v, MODEL_BAND[1])))
+            # The central values are one more configuration: a verdict must hold there too.
+            c0 = float(out.at[p, "value"])
+            out.at[p, "smin"], out.at[p, "smax"] = min(float(v.min()), c0), max(float(v.max()), c0)
+            out.at[p, "samples"] = len(v)
+            out.at[p, "frames"] = xs.loc[g["sample"]].assign(value=v).reset_index(drop=True)
     return out
 
 
-def _deciders(row, threshold: float) -> str:
-    """The estimate ends that put the value on the other side of the threshold from the central."""
-    side = row["value"] >= threshold
-    flip = sorted(((k, v) for k, v in row["ends"].items() if (v >= threshold) != side),
-                  key=lambda kv: -abs(math.log(max(kv[1], 1e-300) / max(row["value"], 1e-300))))
-    return "; ".join(f"{k} gives {_num(v)}" for k, v in flip[:3])
+def _deciders(frame: pd.DataFrame | None, threshold: float | None = None) -> str:
+    """The estimates the samples' value follows most (Spearman's rho of log value), strongest first."""
+    from .model.uncertainty import deciders
+
+    if frame is None or len(frame) < 3:
+        return ""
+    return "; ".join(f"{n} (rho {r:+.2f})" for n, r in deciders(frame, "value", top=3))
 
 
 def _num(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 100 else f"{v:,.0f}"
 
 
-def _model_claim(workload: str, slow: str, fast: str | None, col: str):
-    """A model quantity: ``slow/fast`` of ``col`` per P, or ``slow``'s ``col``/total_s when fast is None."""
-    def q(d: Path, threshold: float):
+def band_word(lo: float, hi: float, paper_factor: float | None) -> str:
+    """A model band against the paper's factor: ``uninformative`` when the band spans more than
+    10x, ``consistent`` when it overlaps [f/2, 2f], else ``smaller``/``larger``."""
+    if paper_factor is None or not (paper_factor > 0) or not (math.isfinite(lo) and math.isfinite(hi)):
+        return NO_FACTOR
+    if lo > 0 and hi / lo > UNINFORMATIVE:
+        return "uninformative"
+    if hi < paper_factor / FACTOR_TOLERANCE:
+        return "smaller"
+    if lo > paper_factor * FACTOR_TOLERANCE:
+        return "larger"
+    return "consistent"
+
+
+def _structural_ratio(central: pd.DataFrame, joint: pd.DataFrame | None, slow: str, fast: str, at: int) -> str:
+    """Why ``fast`` and ``slow`` are one run by construction at ``at`` (every sample and the central
+    equal), or ''. COAL with k = 1 is PROV: one reader's batch share is already >= the coalesce size."""
+    frames = [central] + ([joint] if joint is not None else [])
+    for f in frames:
+        g = f[f["nprocs"] == at]
+        keys = ["sample"] if "sample" in g.columns else []
+        t = g.pivot_table(index=keys or ["nprocs"], columns="variant", values="io_s")
+        if slow not in t or fast not in t or not np.allclose(t[slow], t[fast], rtol=1e-12, atol=0):
+            return ""
+    c = central[(central["nprocs"] == at) & (central["variant"] == fast)]
+    k = int(c["coalesce"].iloc[0]) if "coalesce" in c.columns and len(c) else 0
+    why = f"{SHORT.get(fast, fast)} and {SHORT.get(slow, slow)} are the same run at P={at:,} in every sample"
+    if k == 1 and "group_records" in c.columns:
+        why += (f" (COAL's k = 1: one reader's {c['group_records'].iloc[0]:,.0f} records per batch already "
+                "reach the coalesce size)")
+    return why
+
+
+def _structural_share(central: pd.DataFrame, joint: pd.DataFrame | None, slow: str, at: int,
+                      threshold: float) -> str:
+    """Why the I/O share is fixed by the setup at ``at``, or '': when even the storage's aggregate
+    bandwidth (the floor, 23 GB/s) gives every sample the same side of the threshold."""
+    frames = [central] + ([joint] if joint is not None else [])
+    sides, floors = set(), []
+    for f in frames:
+        g = f[(f["nprocs"] == at) & (f["variant"] == slow)]
+        if not {"global_batch", "record_bytes"} <= set(g.columns) or g.empty:
+            return ""
+        floor = g["global_batch"] * g["record_bytes"] / FLOOR_BW
+        share = floor / (floor + g["compute_s"] + g["communicate_s"])
+        sides |= set((share >= threshold).tolist())
+        floors.append(float(share.min()))
+    if len(sides) != 1 or sides != {True}:
+        return ""
+    g = central[(central["nprocs"] == at) & (central["variant"] == slow)].iloc[0]
+    return (f"fixed by the setup: at P={at:,} one iteration's {g['global_batch'] * g['record_bytes'] / 1e9:.3g} GB "
+            f"take {g['global_batch'] * g['record_bytes'] / FLOOR_BW:.3g} s even at the storage's aggregate "
+            f"23 GB/s, against {g['compute_s'] + g['communicate_s']:.3g} s of compute and allreduce: a share "
+            f">= {min(floors):.2f} in every sample, whatever the I/O mechanisms")
+
+
+def _model_claim(workloads, slow: str, fast: str | None, col: str):
+    """A model quantity per workload: ``slow/fast`` of ``col`` per P, or ``slow``'s ``col``/total_s
+    when fast is None; ``workloads`` one name or several (one row per workload where modelled)."""
+    names = (workloads,) if isinstance(workloads, str) else tuple(workloads)
+
+    def one(d: Path, threshold: float, workload: str):
         fr = _model_frames(d, workload)
         if fr is None:
             return None
@@ -324,7 +431,10 @@ def _model_claim(workload: str, slow: str, fast: str | None, col: str):
         b = _band(p, s, value)
         if b.empty:
             return None
-        b["decides"] = [_deciders(r, threshold) for _, r in b.iterrows()]
+        b["decides"] = [_deciders(f) for f in b["frames"]]
+        b["above"] = [int((f["value"] >= threshold).sum()) if f is not None else 0 for f in b["frames"]]
+        b["structural"] = [(_structural_ratio(p, s, slow, fast, n) if fast is not None
+                            else _structural_share(p, s, slow, n, threshold)) for n in b.index]
         mech = p.set_index(["variant", "nprocs"])["dominant_mechanism"]
         phase = p.set_index(["variant", "nprocs"])["dominant_phase"]
 
@@ -333,7 +443,13 @@ def _model_claim(workload: str, slow: str, fast: str | None, col: str):
             return ph if ph in ("compute", "communicate") else mech.get((v, n), "?")
         b["context"] = [(f"{SHORT.get(fast, fast)} dominated by {dom(fast, n)}; " if fast else "")
                         + f"{SHORT.get(slow, slow)} by {dom(slow, n)}" for n in b.index]
-        return b.drop(columns="ends").reset_index()
+        out = b.drop(columns="frames").reset_index()
+        out["workload"] = workload
+        return out
+
+    def q(d: Path, threshold: float):
+        parts = [x for x in (one(d, threshold, w) for w in names) if x is not None and len(x)]
+        return pd.concat(parts, ignore_index=True) if parts else None
     return q
 
 
@@ -467,39 +583,40 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("C1", "02_lmdb_analysis", "TOPC 2019",
           "With LMDB, I/O takes up to 90% of training time",
           "LMDB's I/O share of an emulated training iteration (ImageNet records, AlexNet compute)",
-          "I/O share", 0.5, _io_share, _model_claim(IMAGENET, "lmdb", None, "io_s"),
+          "I/O share", 0.5, _io_share, _model_claim((IMAGENET, CIFAR), "lmdb", None, "io_s"),
           paper_factor=0.9, dataset="imagenet", ylabel="I/O share of an iteration"),
     Claim("C2", "03_lmm", "HPCC 2017",
           "LMDBIO-LMM (one reader per node) is up to 20x faster than LMDB",
           "LMM/LMDB read throughput (ImageNet records)",
           "LMM/LMDB", 1.2, _throughput("lmdb", "lmdbio-lmm", "imagenet"),
-          _model_claim(IMAGENET, "lmdb", "lmdbio-lmm", "io_s"), paper_factor=20.0, dataset="imagenet"),
+          _model_claim((IMAGENET, CIFAR), "lmdb", "lmdbio-lmm", "io_s"), paper_factor=20.0, dataset="imagenet"),
     Claim("C3", "04_dm", "ICPADS 2017",
           "LMDBIO-DM (cursor handed around a ring) is 2x faster than LMDBIO-LMM",
           "DM/LMM read throughput, one reader per rank (CIFAR-10 records)",
           "DM/LMM", 1.2, _throughput("lmdbio-lmm", "lmdbio-lmm-dm", "cifar10"),
-          _model_claim(CIFAR, "lmdbio-lmm", "lmdbio-lmm-dm", "io_s"), paper_factor=2.0, dataset="cifar10"),
+          _model_claim((CIFAR, IMAGENET), "lmdbio-lmm", "lmdbio-lmm-dm", "io_s"), paper_factor=2.0, dataset="cifar10"),
     Claim("C4", "05_dio", "TOPC 2019",
           "Direct I/O removes mmap's page-fault overheads (problem 3) and is faster",
           "DIO/LMM read throughput (ImageNet records)",
           "DIO/LMM", 1.2, _throughput("lmdbio-lmm", "lmdbio-lmm-dio", "imagenet"),
-          _model_claim(IMAGENET, "lmdbio-lmm", "lmdbio-lmm-dio", "io_s"), dataset="imagenet"),
+          _model_claim((IMAGENET, CIFAR), "lmdbio-lmm", "lmdbio-lmm-dio", "io_s"), dataset="imagenet"),
     Claim("C5", "06_prov", "TOPC 2019",
           "Provenance removes DIO's sequential index pass",
           "PROV/DIO throughput of a whole run, reader setup included (CIFAR-10 records)",
           "PROV/DIO, setup included", 1.2, _prov_run,
-          _model_claim(CIFAR, "lmdbio-lmm-dio", "lmdbio-lmm-dio-prov", "io_s"), dataset="cifar10",
+          _model_claim((CIFAR, IMAGENET), "lmdbio-lmm-dio", "lmdbio-lmm-dio-prov", "io_s"), dataset="cifar10",
           ylabel="PROV/DIO, setup included"),
     Claim("C6", "07_coal", "TOPC 2019",
           "Coalescing several iterations into MiB-sized requests raises throughput (problem 4)",
           "COAL (about 4 MiB requests)/no COAL read throughput (CIFAR-10 records)",
           "COAL/no COAL", 1.2, _coal,
-          _model_claim(CIFAR, "lmdbio-lmm-dio-prov", "lmdbio-lmm-dio-prov-coal", "io_s"), dataset="cifar10"),
+          _model_claim((CIFAR, IMAGENET), "lmdbio-lmm-dio-prov", "lmdbio-lmm-dio-prov-coal", "io_s"),
+          dataset="cifar10"),
     Claim("C7", "08_stag", "TOPC 2019",
           "Staggering the readers' I/O in groups reduces storage contention (problem 5)",
           "STAG/no STAG read throughput, one reader per rank (ImageNet records)",
           "STAG/no STAG", 1.2, _stag,
-          _model_claim(IMAGENET, "lmdbio-lmm-dio-prov-coal", FULL, "io_s"), dataset="imagenet"),
+          _model_claim((IMAGENET, CIFAR), "lmdbio-lmm-dio-prov-coal", FULL, "io_s"), dataset="imagenet"),
     Claim("C8", "09_scaling", "Poster 2018",
           "The full LMDBIO stack is 77x faster than LMDB at 9,216 processes (CIFAR10-Large)",
           "LMDBIO-LMM-DIO-PROV-COAL-STAG/LMDB read throughput (CIFAR-10 records)",
@@ -534,7 +651,7 @@ def claim(claim_id: str) -> Claim:
 def _ids(ids) -> set:
     """Claim ids with their per-dataset variants (``C8`` also selects ``C8-imagenet``)."""
     want = set(ids)
-    return {c for c in _BY_ID if c in want or c.split("-")[0] in want}
+    return {c for c in (*_BY_ID, *CHECKS) if c in want or c.split("-")[0] in want}
 
 
 def setting_dir(results_root: str | Path, notebook: str, setting: str) -> Path:
@@ -607,16 +724,24 @@ def _judge(c: Claim, s: str, last) -> dict:
     p = int(last["nprocs"])
     context = str(last.get("context", "") or "")
     if s == "model":
-        verdict = band_verdict(lo, hi, thr)
+        smin, smax = float(last.get("smin", lo)), float(last.get("smax", hi))
+        n = int(last.get("samples", 0) or 0)
+        structural = str(last.get("structural", "") or "")
         measured = f"{f(v)} at P={p} (band {f(lo)}-{f(hi)})"
-        if verdict == "yes":
-            reason = f"band {f(lo)}-{f(hi)} >= {thr:g}: every estimate at either end of its range agrees"
-        elif verdict == "no":
-            reason = f"band {f(lo)}-{f(hi)} < {thr:g}: every estimate at either end of its range agrees"
+        if structural:
+            verdict, reason = NOT_JUDGED, f"structural: {structural}"
         else:
-            reason = f"band {f(lo)}-{f(hi)} straddles {thr:g}; decided by {last['decides'] or '?'}"
-        if lo == hi:
-            reason += " (no estimate ranges found: sensitivity.csv missing)"
+            verdict = band_verdict(smin, smax, thr)
+            if n == 0:
+                reason = (f"{f(v)} {'>=' if v >= thr else '<'} {thr:g} (no joint samples: joint.csv "
+                          "missing; the central value alone)")
+            elif verdict == "yes":
+                reason = f"all {n} joint samples >= {thr:g} (lowest {f(smin)}; band 5-95% {f(lo)}-{f(hi)})"
+            elif verdict == "no":
+                reason = f"all {n} joint samples < {thr:g} (highest {f(smax)}; band 5-95% {f(lo)}-{f(hi)})"
+            else:
+                reason = (f"{int(last.get('above', 0) or 0)} of {n} joint samples >= {thr:g} (samples "
+                          f"{f(smin)}-{f(smax)}); follows {last['decides'] or '?'}")
         repeats = 0
     else:
         n = int(last.get("repeats", 0) or 0)
@@ -632,9 +757,10 @@ def _judge(c: Claim, s: str, last) -> dict:
         else:
             reason = f"{n} repeats {f(lo)}-{f(hi)} straddle {thr:g}"
         repeats = n
-    mag = magnitude(v, c.paper_factor)
+    mag = band_word(lo, hi, c.paper_factor) if s == "model" else magnitude(v, c.paper_factor)
     if c.paper_factor:
-        reason += f"; {f(v)} vs the paper's {c.paper_factor:g}: {mag}"
+        reason += (f"; band {f(lo)}-{f(hi)} vs the paper's {c.paper_factor:g}: {mag}" if s == "model"
+                   else f"; {f(v)} vs the paper's {c.paper_factor:g}: {mag}")
     why = reason + (f"; {context}" if context else "")
     return {"verdict": verdict, "measured": measured, "why": why, "magnitude": mag, "nprocs": p,
             "value": v, "band_low": lo if s == "model" else np.nan,
@@ -642,8 +768,65 @@ def _judge(c: Claim, s: str, last) -> dict:
             "decides": str(last.get("decides", "") or "")}
 
 
-def evaluate(results_root=COMMITTED_RESULTS, claims=CLAIMS, *, fallback: bool = True) -> pd.DataFrame:
-    """One row per claim and setting: the value at the largest P, the verdicts and why."""
+#: The model's own checks (rows of claims.csv, model setting): id -> statement.
+CHECKS = {"A1": "The model's CIFAR10-Large series lie on the poster's time axis (10-100,000 s) at every P, "
+                "global batch (the reference code's reading)",
+          "A1-per-process": "The model's CIFAR10-Large series lie on the poster's time axis (10-100,000 s) "
+                            "at every P, batch per process (weak scaling)"}
+
+
+def axis_rows(results_root=COMMITTED_RESULTS, *, fallback: bool = True) -> list[dict]:
+    """The poster-axis check of the model (``model_prediction/absolute.csv``): one row per batch
+    reading, ``yes`` when every CIFAR10-Large series lies within 10-100,000 s at every P, else ``no``
+    with FAILED and the series that leave the axis, where and by what mechanism."""
+    from .model.absolute import POSTER_AXIS_S, axis_check
+
+    d, source = resolve(results_root, "", "model", fallback)
+    f = d / "absolute.csv"
+    base = {"setting": "model", "criterion": "every series within 10-100,000 s at every P of the poster's axis",
+            "paper": "Poster 2018", "paper_factor": np.nan, "dataset": "cifar10", "notebook": "11_scale_model",
+            "quantity": "predicted total time of 512 iterations, every variant, P = 1 .. 9,216",
+            "threshold": POSTER_AXIS_S[1], "source": _rel(d), "magnitude": NO_FACTOR, "band_low": np.nan,
+            "band_high": np.nan, "repeats": 0, "decides": ""}
+    if not f.exists():
+        return [{**base, "claim": "A1", "measured": "no data", "verdict": "no data", "magnitude": "no data",
+                 "nprocs": np.nan, "value": np.nan,
+                 "why": f"no {_rel(f)} (run `lmdbio model absolute`)"}]
+    t = pd.read_csv(f)
+    if "batch" not in t.columns:
+        t = t.assign(batch="global")
+    axis = axis_check(t)
+    default = _default_batch(d, "cifar10-large-alexnet") or "global"
+    rows = []
+    for b, g in sorted(axis.groupby("batch"), key=lambda kv: kv[0] != default):
+        cid = "A1" if b == default else f"A1-{b}"
+        bad = g[~g["inside"]]
+        top = g.loc[g["max_s"].idxmax()]
+        lo, hi = float(g["min_s"].min()), float(g["max_s"].max())
+        if bad.empty:
+            measured = f"inside: {lo:,.3g}-{hi:,.3g} s over {len(g)} series x {int(g['points'].max())} P"
+            why = (f"every series within {POSTER_AXIS_S[0]:g}-{POSTER_AXIS_S[1]:,.0f} s; the largest "
+                   f"{SHORT.get(top['variant'], top['variant'])} {top['max_s']:,.3g} s at "
+                   f"P={int(top['worst_nprocs']):,} ({top['worst_mechanism']})")
+        else:
+            measured = (f"FAILED: {len(bad)} of {len(g)} series leave the axis ({lo:,.3g}-{hi:,.3g} s)")
+            why = "FAILED check: " + "; ".join(
+                f"{SHORT.get(r.variant, r.variant)} outside at P={r.outside_procs.replace(' ', ',')}, "
+                f"worst {r.worst_s:,.3g} s at P={r.worst_nprocs:,} (x{r.worst_factor:.3g}), dominated by "
+                f"{r.worst_mechanism}" for r in bad.itertuples())
+        why += f" [{b} batch]"
+        if source == "committed":
+            why += f" [committed results at {_committed_commit()}]"
+        rows.append({**base, "claim": cid, "measured": measured, "verdict": "yes" if bad.empty else "no",
+                     "nprocs": int(top["worst_nprocs"]), "value": hi, "why": why})
+    return rows
+
+
+def evaluate(results_root=COMMITTED_RESULTS, claims=CLAIMS, *, fallback: bool = True,
+             checks: bool | None = None) -> pd.DataFrame:
+    """One row per claim and setting (per workload in the model setting): the value at the largest
+    P, the verdicts and why; with ``checks`` (default: when every claim is judged) the model's
+    poster-axis check too (:func:`axis_rows`)."""
     rows = []
     commit = None
     for c in claims:
@@ -664,11 +847,16 @@ def evaluate(results_root=COMMITTED_RESULTS, claims=CLAIMS, *, fallback: bool = 
                              "nprocs": np.nan, "value": np.nan, "repeats": 0, "decides": "",
                              "why": why})
                 continue
-            j = _judge(c, s, df.loc[df["nprocs"].idxmax()])
-            if source == "committed":
-                commit = commit or _committed_commit()
-                j["why"] += f" [committed results at {commit}: this run did not measure this setting]"
-            rows.append({**base, **j})
+            groups = (list(df.groupby("workload", sort=False)) if s == "model" and "workload" in df.columns
+                      else [(None, df)])
+            for w, g in groups:
+                j = _judge(c, s, g.loc[g["nprocs"].idxmax()])
+                if source == "committed":
+                    commit = commit or _committed_commit()
+                    j["why"] += f" [committed results at {commit}: this run did not measure this setting]"
+                rows.append({**base, **({"dataset": DATASET_OF.get(w, c.dataset)} if w else {}), **j})
+    if checks or (checks is None and tuple(claims) == CLAIMS):
+        rows += axis_rows(results_root, fallback=fallback)
     return pd.DataFrame(rows, columns=COLUMNS + DETAILS)
 
 
@@ -700,7 +888,10 @@ def render(df: pd.DataFrame, ids=None) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for r in df.itertuples():
         c = _BY_ID.get(r.claim)
-        name = f"{r.claim}: {c.statement}" if c else r.claim
+        name = (f"{r.claim}: {c.statement}" if c else f"{r.claim}: {CHECKS[r.claim]}" if r.claim in CHECKS
+                else r.claim)
+        if r.setting == "model" and c is not None and isinstance(r.dataset, str) and r.dataset:
+            name += f" [model: {r.dataset}]"
         lines.append("| " + " | ".join(_cell(x) for x in (
             name, r.paper, SETTING_LABELS.get(r.setting, r.setting), r.measured, r.criterion,
             f"**{r.verdict}**", getattr(r, "magnitude", NO_FACTOR), r.why)) + " |")
@@ -727,19 +918,22 @@ def _markers(name: str) -> tuple[str, str]:
 
 
 def render_validation(results_root=COMMITTED_RESULTS) -> str:
-    """The validation criterion per setting, from ``model_validation/criterion.csv`` and ``errors.csv``."""
+    """The validation per setting and cache (cold, warm): variants within 25% median |error|, the
+    worst variant's median |error| and the worst point, from ``model_validation/criterion.csv``."""
     d = Path(results_root) / "model_validation"
     if not (d / "criterion.csv").exists():
         return "(no model_validation/criterion.csv: run `lmdbio model validate`)"
     c = pd.read_csv(d / "criterion.csv")
-    lines = ["| setting | independent | variants meeting median \\|error\\| <= 25% | worst variant | "
-             "its median error | its worst point | predicted to dominate there |",
-             "|---|---|---|---|---|---|---|"]
+    if "cache" not in c.columns:
+        c = c.assign(cache="all")
+    lines = ["| setting | cache | independent | variants with median \\|error\\| <= 25% | worst variant | "
+             "its median \\|error\\| | worst point (every variant) | predicted to dominate there |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in c.itertuples():
         lines.append("| " + " | ".join(_cell(x) for x in (
-            r.setting, "yes" if r.independent else "no (shares the storage model)",
+            r.setting, r.cache, "yes" if r.independent else "no (shares the storage model)",
             f"{r.variants_meeting} of {r.variants}", r.worst_variant,
-            f"{100 * r.worst_median_signed_error:+.0f}%", r.worst_point, r.predicted_dominant)) + " |")
+            f"{100 * r.worst_median_abs_error:.0f}%", r.worst_point, r.predicted_dominant)) + " |")
     return "\n".join(lines)
 
 
@@ -749,16 +943,16 @@ def render_split(results_root=COMMITTED_RESULTS) -> str:
     if not f.exists():
         return "(no claims_split.csv: run `python -m lmdbio.claims`)"
     d = pd.read_csv(f)
-    lines = ["| workload | ratio | P | model | band over the estimates | paper | magnitude | "
-             "estimate that moves it most | slower variant dominated by |",
+    lines = ["| workload | ratio | P | model | band, 5-95% of the joint samples | paper | band vs paper | "
+             "estimates it follows most | slower variant dominated by |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in d.itertuples():
         lines.append("| " + " | ".join(_cell(x) for x in (
             r.workload, r.ratio, f"{r.nprocs:,}", _num(r.model_factor),
             f"{_num(r.band_low)}-{_num(r.band_high)}",
             f"{r.paper_factor:g}x ({r.paper})" if r.paper_factor == r.paper_factor else f"none stated ({r.paper})",
-            r.magnitude,
-            r.decides, r.slow_dominated_by)) + " |")
+            r.band_magnitude,
+            r.decides if isinstance(r.decides, str) else "", r.slow_dominated_by)) + " |")
     return "\n".join(lines)
 
 
@@ -770,11 +964,17 @@ def render_claims_summary(df: pd.DataFrame) -> str:
              "|---" * (2 + len(SETTINGS)) + "|"]
     for cid, g in df.groupby("claim", sort=False):
         c = _BY_ID.get(cid)
-        v = g.set_index("setting")
-        cells = [f"{v.loc[s, 'verdict']} ({v.loc[s, 'measured']})" if s in v.index else "-"
-                 for s in SETTINGS]
-        lines.append("| " + " | ".join(_cell(x) for x in (
-            cid, f"{c.statement} ({c.paper})" if c else cid, *cells)) + " |")
+        cells = []
+        for s in SETTINGS:
+            x = g[g["setting"] == s]
+            if x.empty:
+                cells.append("-")
+            elif len(x) == 1:
+                cells.append(f"{x['verdict'].iloc[0]} ({x['measured'].iloc[0]})")
+            else:   # the model: one row per workload
+                cells.append("; ".join(f"{r.dataset}: {r.verdict} ({r.measured})" for r in x.itertuples()))
+        statement = f"{c.statement} ({c.paper})" if c else CHECKS.get(cid, cid)
+        lines.append("| " + " | ".join(_cell(x) for x in (cid, statement, *cells)) + " |")
     return "\n".join(lines)
 
 
@@ -822,7 +1022,7 @@ SPLIT_NPROCS = 9216
 
 
 SPLIT_COLUMNS = ["workload", "nprocs", "ratio", "paper", "paper_claim", "paper_factor", "model_factor",
-                 "band_low", "band_high", "magnitude", "band_magnitude", "decides", "slow_dominated_by",
+                 "band_low", "band_high", "samples", "magnitude", "band_magnitude", "decides", "slow_dominated_by",
                  "fast_dominated_by"]
 
 
@@ -831,12 +1031,14 @@ def split_table(results_root=COMMITTED_RESULTS, nprocs: int = SPLIT_NPROCS, *,
     """One row per ratio and workload: the model's factor and band next to the paper's, and why.
 
     The ratio is of I/O time (setup and the iterations' read phases), as the
-    claims' model setting takes it. ``magnitude`` uses :func:`magnitude`;
-    ``decides`` names the estimate whose range moves the ratio most;
-    ``slow_dominated_by``/``fast_dominated_by`` the mechanism of each
-    variant at that P. DIO/LMM has no factor of its own in the papers
-    (``paper_factor`` NaN); the full stack is set against both TOPC's 65x
-    and the poster's 77x.
+    claims' model setting takes it. ``magnitude`` is the central value's
+    (:func:`magnitude`), ``band_magnitude`` the band's (:func:`band_word`:
+    consistent, uninformative, smaller, larger); the band is 5-95% of the
+    joint samples; ``decides`` names the estimates the samples' ratio
+    follows most; ``slow_dominated_by``/``fast_dominated_by`` the mechanism
+    of each variant at that P. DIO/LMM has no factor of its own in the
+    papers (``paper_factor`` NaN); the full stack is set against both
+    TOPC's 65x and the poster's 77x.
     """
     d, _ = resolve(results_root, "", "model", fallback)
     rows = []
@@ -845,6 +1047,8 @@ def split_table(results_root=COMMITTED_RESULTS, nprocs: int = SPLIT_NPROCS, *,
         if fr is None:
             continue
         p, s = fr
+        if p.empty:
+            continue
         # The papers' process count, or the largest predicted (a tiny run stops far below it).
         at = nprocs if nprocs in set(p["nprocs"]) else int(p["nprocs"].max())
         mech = p[p["nprocs"] == at].set_index("variant")
@@ -856,18 +1060,14 @@ def split_table(results_root=COMMITTED_RESULTS, nprocs: int = SPLIT_NPROCS, *,
             if at not in b.index:
                 continue
             r = b.loc[at]
-            ends = r["ends"]
-            moves = sorted(ends.items(), key=lambda kv: -abs(math.log(max(kv[1], 1e-300) / r["value"])))
             rows.append({"workload": w, "nprocs": at,
                          "ratio": f"{SHORT[fast]}/{SHORT[slow]}", "paper": paper, "paper_claim": words,
                          "paper_factor": factor if factor else np.nan, "model_factor": float(r["value"]),
                          "band_low": float(r["lo"]), "band_high": float(r["hi"]),
+                         "samples": int(r["samples"]),
                          "magnitude": magnitude(float(r["value"]), factor),
-                         "band_magnitude": (NO_FACTOR if not factor else
-                                            "reproduced" if r["lo"] <= factor * FACTOR_TOLERANCE
-                                            and r["hi"] >= factor / FACTOR_TOLERANCE else
-                                            magnitude(float(r["hi"]), factor)),
-                         "decides": "; ".join(f"{k} gives {_num(v)}" for k, v in moves[:2]),
+                         "band_magnitude": band_word(float(r["lo"]), float(r["hi"]), factor),
+                         "decides": _deciders(r["frames"]),
                          "slow_dominated_by": mech.loc[slow, "dominant_mechanism"],
                          "fast_dominated_by": mech.loc[fast, "dominant_mechanism"]})
     return pd.DataFrame(rows, columns=SPLIT_COLUMNS)
@@ -921,7 +1121,8 @@ def main(argv: list[str] | None = None) -> int:
         if Path(args.readme).resolve() == README.resolve():
             update_readme(df, REPO / "README.md", args.results, require=("claims summary",))
     for r in df.itertuples():
-        print(f"{r.claim:11s} {r.setting:6s} {r.verdict:12s} {r.magnitude:10s} {r.measured}")
+        where = f"{r.setting}:{r.dataset}" if r.setting == "model" else r.setting
+        print(f"{r.claim:14s} {where:15s} {r.verdict:12s} {r.magnitude:10s} {r.measured}")
     for r in split.itertuples():
         print(f"{r.workload:22s} {r.ratio:16s} model {r.model_factor:9.3g} ({r.band_low:.3g}-{r.band_high:.3g})"
               f"  paper {r.paper_factor:g} ({r.paper}): {r.magnitude}")

@@ -154,11 +154,23 @@ def test_each_setting_reads_its_own_folder(tmp_path):
 # --- the model setting: predictions.csv ----------------------------------------------------------
 
 def prediction(workload, variant, nprocs, setup, per_iteration, total, *, iterations=10,
-               compute=0.2, communicate=0.1, mechanism="(2) cursor walk"):
+               compute=0.2, communicate=0.1, mechanism="(2) cursor walk", **extra):
     return {"workload": workload, "variant": variant, "nprocs": nprocs, "setup_s": setup,
             "iterations": iterations, "per_iteration_s": per_iteration, "compute_s": compute,
             "communicate_s": communicate, "total_s": total, "dominant_phase": "locate",
-            "dominant_mechanism": mechanism}
+            "dominant_mechanism": mechanism, **extra}
+
+
+def joint_rows(workload, nprocs, ratios, *, slow="lmdb", fast="lmdbio-lmm", seek=None):
+    """joint.csv rows: one sample per ratio (slow's I/O = ratio x fast's 1.0), with an estimate
+    column that follows the ratio (x:seek_s) and one that does not (x:noise)."""
+    rows = []
+    for i, r in enumerate(ratios):
+        x = {"x:seek_s": (seek[i] if seek else r), "x:noise": (i * 7) % 5}
+        # io = setup (iterations x (per_iteration - compute - communicate) = 0)
+        rows += [{"sample": i, **prediction(workload, slow, nprocs, r, 0.3, 9.0), **x},
+                 {"sample": i, **prediction(workload, fast, nprocs, 1.0, 0.3, 9.0), **x}]
+    return rows
 
 
 def test_model_ratio_is_of_io_time(tmp_path):
@@ -167,36 +179,127 @@ def test_model_ratio_is_of_io_time(tmp_path):
         # io = setup + iterations * (per_iteration - compute - communicate): 3.0 vs 1.0
         prediction(w, "lmdb", 288, setup=1.0, per_iteration=0.5, total=6.0),
         prediction(w, "lmdbio-lmm", 288, setup=0.5, per_iteration=0.35, total=4.5),
-        # a smaller P and another workload that say otherwise
+        # a smaller P that says otherwise
         prediction(w, "lmdb", 1, setup=0.1, per_iteration=0.31, total=3.2),
         prediction(w, "lmdbio-lmm", 1, setup=1.0, per_iteration=0.5, total=6.0),
-        prediction("cifar10-large-alexnet", "lmdb", 288, setup=0.1, per_iteration=0.31, total=3.2),
-        prediction("cifar10-large-alexnet", "lmdbio-lmm", 288, setup=1.0, per_iteration=0.5, total=6.0),
     ])
     row = verdict(tmp_path, "C2", "model")
     assert row["value"] == pytest.approx(3.0)  # not total_s (1.33) nor per_iteration_s (1.43)
     assert (row["measured"], row["verdict"]) == ("3.00 at P=288 (band 3.00-3.00)", "yes")
-    assert "sensitivity.csv missing" in row["why"]
+    assert "joint.csv missing" in row["why"]
 
 
-def test_model_band_open_names_the_estimate(tmp_path):
+def test_the_model_gives_one_row_per_workload_and_the_batch_reading_of_meta(tmp_path):
+    rows = []
+    for w in ("imagenet-caffenet", "cifar10-large-alexnet"):
+        # LMM/LMDB is 2 with the global batch, 0.5 with the batch per process.
+        for batch, lmm in (("global", 0.5), ("per-process", 2.0)):
+            rows += [prediction(w, "lmdb", 288, 1.0, 0.3, 9.0, batch=batch),
+                     prediction(w, "lmdbio-lmm", 288, lmm, 0.3, 9.0, batch=batch)]
+    d = put(tmp_path, "", "model", "predictions.csv", rows)
+    (d / "meta.json").write_text('{"default_batch": {"imagenet-caffenet": "global", '
+                                 '"cifar10-large-alexnet": "per-process"}}')
+    df = claims.evaluate(tmp_path, claims=(BY_ID["C2"],), fallback=False)
+    m = df[df["setting"] == "model"].set_index("dataset")
+    assert list(m.index) == ["imagenet", "cifar10"]           # the claim's own workload first
+    assert m.loc["imagenet", "value"] == pytest.approx(2.0) and m.loc["cifar10", "value"] == pytest.approx(0.5)
+
+
+def test_a_model_verdict_cannot_be_yes_when_any_joint_sample_is_below_the_threshold(tmp_path):
     w = "imagenet-caffenet"
-    central = [prediction(w, "lmdb", 288, 1.0, 0.5, 6.0), prediction(w, "lmdbio-lmm", 288, 0.5, 0.35, 4.5)]
-    put(tmp_path, "", "model", "predictions.csv", central)
-    sens = [{"estimate": "seek_s", "end": "low", **prediction(w, "lmdb", 288, 1.0, 0.5, 6.0)},
-            {"estimate": "seek_s", "end": "low", **prediction(w, "lmdbio-lmm", 288, 2.0, 0.5, 6.0)},
-            {"estimate": "targets", "end": "high", **prediction(w, "lmdb", 288, 2.0, 0.5, 6.0)},
-            {"estimate": "targets", "end": "high", **prediction(w, "lmdbio-lmm", 288, 0.5, 0.35, 4.5)}]
-    pd.DataFrame(sens).to_csv(tmp_path / claims.MODEL_DIR / "sensitivity.csv", index=False)
+    put(tmp_path, "", "model", "predictions.csv", [prediction(w, "lmdb", 288, 3.0, 0.3, 9.0),
+                                                   prediction(w, "lmdbio-lmm", 288, 1.0, 0.3, 9.0)])
+    # 99 samples far above C2's 1.2, one below: the 5-95% band (and the central) clear the
+    # threshold, but a sample does not.
+    ratios = [3.0 + i / 10 for i in range(99)] + [1.1]
+    pd.DataFrame(joint_rows(w, 288, ratios)).to_csv(tmp_path / claims.MODEL_DIR / "joint.csv", index=False)
     row = verdict(tmp_path, "C2", "model")
-    # central 3.0; seek_s low: 3.0 / 4.0 = 0.75; targets high: 4.0 / 1.0 = 4.0
-    assert (row["band_low"], row["band_high"]) == (pytest.approx(0.75), pytest.approx(4.0))
+    assert row["band_low"] > 1.2 and row["value"] > 1.2
     assert row["verdict"] == "open"
-    assert row["decides"] == "seek_s low gives 0.75"
-    assert "LMM dominated by (2) cursor walk; LMDB by (2) cursor walk" in row["why"]
-    # Without the end that crosses, the whole band agrees.
-    pd.DataFrame(sens[2:]).to_csv(tmp_path / claims.MODEL_DIR / "sensitivity.csv", index=False)
+    assert "99 of 100 joint samples >= 1.2" in row["why"]
+    # The estimate the samples follow is named; the one they do not, not first.
+    assert row["decides"].startswith("seek_s (rho +")
+    # Every sample above: yes; every sample below: no.
+    pd.DataFrame(joint_rows(w, 288, ratios[:-1])).to_csv(tmp_path / claims.MODEL_DIR / "joint.csv", index=False)
     assert verdict(tmp_path, "C2", "model")["verdict"] == "yes"
+    pd.DataFrame(joint_rows(w, 288, [0.5 + i / 1000 for i in range(50)])).to_csv(
+        tmp_path / claims.MODEL_DIR / "joint.csv", index=False)
+    assert verdict(tmp_path, "C2", "model")["verdict"] == "open"   # the central (3.0) is above
+    put(tmp_path, "", "model", "predictions.csv", [prediction(w, "lmdb", 288, 0.9, 0.3, 9.0),
+                                                   prediction(w, "lmdbio-lmm", 288, 1.0, 0.3, 9.0)])
+    assert verdict(tmp_path, "C2", "model")["verdict"] == "no"
+
+
+def test_the_model_band_is_the_5_to_95_percent_of_the_joint_samples(tmp_path):
+    w = "imagenet-caffenet"
+    put(tmp_path, "", "model", "predictions.csv", [prediction(w, "lmdb", 288, 3.0, 0.3, 9.0),
+                                                   prediction(w, "lmdbio-lmm", 288, 1.0, 0.3, 9.0)])
+    ratios = [1.0 + i for i in range(101)]         # 1 .. 101
+    pd.DataFrame(joint_rows(w, 288, ratios)).to_csv(tmp_path / claims.MODEL_DIR / "joint.csv", index=False)
+    row = verdict(tmp_path, "C2", "model")
+    assert (row["band_low"], row["band_high"]) == (pytest.approx(6.0), pytest.approx(96.0))
+    assert row["magnitude"] == "uninformative"    # 6 .. 96 spans more than 10x
+
+
+@pytest.mark.parametrize("lo, hi, word", [(9.0, 40.0, "consistent"), (0.09, 173.0, "uninformative"),
+                                          (5.0, 80.0, "uninformative"),
+                                          (1.0, 8.0, "smaller"), (45.0, 90.0, "larger"),
+                                          (10.0, 10.0, "consistent")])
+def test_band_words(lo, hi, word):
+    assert claims.band_word(lo, hi, 20.0) == word
+    assert claims.band_word(lo, hi, None) == claims.NO_FACTOR
+
+
+def test_coal_that_is_prov_by_construction_is_not_judged(tmp_path):
+    w = "cifar10-large-alexnet"
+    rows = [prediction(w, PROV, 288, 2.0, 0.3, 9.0, coalesce=1, group_records=4096),
+            prediction(w, COAL, 288, 2.0, 0.3, 9.0, coalesce=1, group_records=4096)]
+    put(tmp_path, "", "model", "predictions.csv", rows)
+    pd.DataFrame(joint_rows(w, 288, [1.0] * 8, slow=PROV, fast=COAL)).to_csv(
+        tmp_path / claims.MODEL_DIR / "joint.csv", index=False)
+    row = verdict(tmp_path, "C6", "model")
+    assert row["verdict"] == claims.NOT_JUDGED
+    assert "structural" in row["why"] and "k = 1" in row["why"]
+    # One sample where they differ: judged again.
+    j = joint_rows(w, 288, [1.0] * 7 + [1.5], slow=PROV, fast=COAL)
+    pd.DataFrame(j).to_csv(tmp_path / claims.MODEL_DIR / "joint.csv", index=False)
+    assert verdict(tmp_path, "C6", "model")["verdict"] == "open"
+
+
+def test_an_io_share_the_storage_floor_decides_is_not_judged(tmp_path):
+    w = "imagenet-caffenet"
+    # 9,216 records of 196,623 bytes: 1.81 GB take 79 ms at 23 GB/s, against 1 ms of compute.
+    big = prediction(w, "lmdb", 9216, 0.0, 10.0, 5120.0, iterations=512, compute=0.001, communicate=0.0,
+                     global_batch=9216, record_bytes=196623)
+    put(tmp_path, "", "model", "predictions.csv", [big])
+    row = verdict(tmp_path, "C1", "model")
+    assert row["verdict"] == claims.NOT_JUDGED and "fixed by the setup" in row["why"]
+    # With a second of compute per iteration the floor no longer decides: the model judges.
+    put(tmp_path, "", "model", "predictions.csv", [{**big, "compute_s": 1.0}])
+    assert verdict(tmp_path, "C1", "model")["verdict"] == "yes"
+
+
+def test_a_cifar_series_outside_the_posters_axis_is_a_failed_check_of_its_own(tmp_path):
+    d = tmp_path / claims.MODEL_DIR
+    d.mkdir(parents=True)
+    (d / "meta.json").write_text('{"default_batch": {"cifar10-large-alexnet": "global"}}')
+    rows = []
+    for batch, top in (("global", 5e4), ("per-process", 9.4e5)):
+        for v in ("lmdb", FULL):
+            for p, t in ((1, 50.0), (9216, top if v == "lmdb" else 100.0)):
+                for b, kind, sec in (("poster axis top", "upper", 1e5), ("poster axis bottom", "lower", 10.0)):
+                    rows.append({"workload": "cifar10-large-alexnet", "batch": batch, "variant": v,
+                                 "nprocs": p, "predicted_s": t, "bound": b, "bound_kind": kind,
+                                 "bound_s": sec, "dominant_phase": "locate",
+                                 "dominant_mechanism": "(2) cursor walk"})
+    pd.DataFrame(rows).to_csv(d / "absolute.csv", index=False)
+    df = claims.evaluate(tmp_path, fallback=False).set_index("claim")
+    assert df.loc["A1", "verdict"] == "yes" and df.loc["A1", "measured"].startswith("inside")
+    bad = df.loc["A1-per-process"]
+    assert bad["verdict"] == "no" and bad["measured"].startswith("FAILED: 1 of 2 series")
+    assert "LMDB outside at P=9216" in bad["why"] and "(2) cursor walk" in bad["why"]
+    assert set(df["verdict"]) <= set(claims.VERDICTS)
+    assert "A1-per-process" in claims.render(df.reset_index(), ["A1"])
 
 
 # --- C1: LMDB's I/O share from summary.csv -------------------------------------------------------
@@ -288,10 +391,12 @@ def test_c7_repeats_give_the_spread_and_decide(tmp_path):
 
 def test_missing_folders_are_no_data(tmp_path):
     df = claims.evaluate(tmp_path, fallback=False)
-    assert len(df) == len(CLAIMS) * len(SETTINGS)
+    # Every claim in every setting, and the model's poster-axis check.
+    assert len(df) == len(CLAIMS) * len(SETTINGS) + 1
     assert (df["verdict"] == "no data").all()
     assert (df["measured"] == "no data").all()
-    assert df["why"].str.startswith("no results in").all()
+    assert df["why"].str.startswith("no results in").sum() == len(CLAIMS) * len(SETTINGS)
+    assert df.set_index("claim").loc["A1", "why"].startswith("no ")
 
 
 def test_fallback_uses_the_committed_results(tmp_path):
@@ -320,9 +425,10 @@ def test_write_claims_csv(tmp_path):
     assert list(df.columns[:6]) == ["claim", "setting", "measured", "criterion", "verdict", "why"]
     assert list(df.columns[:6]) == COLUMNS
     assert {"magnitude", "band_low", "band_high"} <= set(df.columns)
-    assert len(df) == len(SETTINGS) * len(CLAIMS)
-    assert sorted(df["claim"].unique()) == sorted([f"C{i}" for i in range(1, 9)] + ["C8-imagenet"])
-    assert (df.groupby("claim")["setting"].apply(sorted) == [sorted(SETTINGS)] * len(CLAIMS)).all()
+    assert len(df) == len(SETTINGS) * len(CLAIMS) + 1   # and the poster-axis check
+    assert sorted(df["claim"].unique()) == sorted([f"C{i}" for i in range(1, 9)] + ["C8-imagenet", "A1"])
+    c = df[df["claim"] != "A1"]
+    assert (c.groupby("claim")["setting"].apply(sorted) == [sorted(SETTINGS)] * len(CLAIMS)).all()
 
 
 UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")
@@ -373,9 +479,17 @@ def test_readme_table_matches_claims_csv():
 def test_committed_verdicts_are_in_the_defined_set():
     df = pd.read_csv(COMMITTED_RESULTS / "claims.csv")
     assert set(df["verdict"]) <= set(claims.VERDICTS)
-    assert set(df["magnitude"]) <= {"reproduced", "smaller", "larger", claims.NO_FACTOR, "no data"}
-    model = df[df["setting"] == "model"]
-    assert (model["band_low"] <= model["value"] + 1e-12).all() and (model["value"] <= model["band_high"] + 1e-12).all()
+    assert set(df["magnitude"]) <= {"reproduced", "smaller", "larger", "consistent", "uninformative",
+                                    claims.NO_FACTOR, "no data"}
+    model = df[(df["setting"] == "model") & df["band_low"].notna()]
+    assert (model["band_low"] <= model["band_high"]).all()
+    # A model yes or no holds in every joint sample: its whole band is on one side.
+    yes, no = model[model["verdict"] == "yes"], model[model["verdict"] == "no"]
+    assert (yes["band_low"] >= yes["threshold"]).all() and (no["band_high"] < no["threshold"]).all()
+    # One model row per workload where both are modelled.
+    c2 = df[(df["claim"] == "C2") & (df["setting"] == "model")]
+    assert set(c2["dataset"]) == {"cifar10", "imagenet"}
+    assert {"A1", "A1-per-process"} <= set(df["claim"])
     assert not (df["verdict"] == "no data").all()
     # The training view compares total_s itself (its quantity column is the denominator too).
     assert len(claims.series("T")["model"])

@@ -290,12 +290,23 @@ def test_missing_or_foreign_calibration_is_a_clear_error(tmp_path):
 def test_platform_files_load_and_bad_ones_fail_clearly(tmp_path):
     b = _bebop()
     assert b.ranks_per_node == 36 and {w.name for w in b.workloads} >= {"cifar10-large-alexnet"}
-    assert b.workload("cifar10-large-alexnet").global_batch(72) == 72 * 256
+    cifar = b.workload("cifar10-large-alexnet")
+    # The reference code's reading (the default): a fixed global batch; the other: 256 per process.
+    assert cifar.batch == "global" and cifar.global_batch(72) == cifar.global_batch(9216) == 9216
+    assert cifar.reading("per-process").global_batch(72) == 72 * 256
+    assert cifar.records == 500000 and b.workload("imagenet-caffenet").records == 1281167
+    assert cifar.epochs(9216) == pytest.approx(512 * 9216 / 500000)
+    with pytest.raises(ConfigurationError, match="batch reading"):
+        cifar.reading("sideways")
     assert "source" in b.sources["ranks_per_node"]
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "x"\nranks_per_node = 4\ncores_per_node = 4\nstorage = "disk"\n'
                    '[[workload]]\nname = "w"\nrecord_bytes = 10\nbatch_size = 4\nbatch_per_process = 2\n')
-    with pytest.raises(ConfigurationError, match="exactly one"):
+    with pytest.raises(ConfigurationError, match="say which applies"):
+        load_platform(bad)
+    bad.write_text('name = "x"\nranks_per_node = 4\ncores_per_node = 4\nstorage = "disk"\n'
+                   '[[workload]]\nname = "w"\nrecord_bytes = 10\nbatch_per_process = 2\nbatch = "global"\n')
+    with pytest.raises(ConfigurationError, match="no batch_size"):
         load_platform(bad)
     with pytest.raises(ConfigurationError, match="no platform"):
         load_platform("no-such-cluster")
@@ -387,7 +398,7 @@ def test_calibrate_measures_positive_costs_here(tmp_path):
     cal = run_calibration(tmp_path, records=1000, progress=False)
     for f in dataclasses.fields(cal):
         v = getattr(cal, f.name)
-        if f.name in ("batch_s", "record_s"):
+        if f.name in ("batch_s", "record_s", "batch_cpu_s"):
             assert set(v) == set(FIXED_VARIANTS) and all(x > FLOOR_S for x in v.values())
         elif f.name == "pfs_inflight_source":
             assert v.startswith(("measured", "skipped")), v
@@ -648,3 +659,124 @@ def test_coal_with_several_readers_reads_one_extent_per_batch(tmp_path):
     per_read_1 = one["storage_requests"] - 256 * 4150 / (128 << 10)
     assert per_read_1 == pytest.approx(2 / k1, rel=0.3)
     assert four["storage_requests"] > one["storage_requests"] + 4 * 2 * 0.8
+
+
+# ---------------------------------------------------------------- the papers' workload, joint uncertainty
+
+
+def test_a_fixed_global_batch_keeps_the_data_per_iteration_and_a_per_process_one_grows_it():
+    plat = _bebop()
+    w = plat.workload("cifar10-large-alexnet")
+    strong = [predict_point(plat, w, "lmdb", p, CAL, budget=300) for p in (36, 576)]
+    weak = [predict_point(plat, w.reading("per-process"), "lmdb", p, CAL, budget=300) for p in (36, 576)]
+    assert [r["global_batch"] for r in strong] == [9216, 9216]
+    assert [r["global_batch"] for r in weak] == [36 * 256, 576 * 256]
+    # The walk steps over the global batch: it grows with P only when the batch does.
+    assert weak[1]["locate_s"] > 4 * strong[1]["locate_s"]
+    # predict runs both readings and skips a P with fewer records than processes.
+    rows = predict(plat, [1, 9216], ["lmdb"], ["cifar10-large-alexnet"], CAL, budget=300,
+                   batches=["global", "per-process"])
+    assert {(r["batch"], r["nprocs"]) for r in rows} == {("global", 1), ("global", 9216),
+                                                        ("per-process", 1), ("per-process", 9216)}
+    assert {r["epochs"] for r in rows if r["batch"] == "global"} == {512 * 9216 / 500000}
+
+
+def test_a_fixed_data_set_sets_dios_index_pass_not_the_run():
+    plat = _bebop()
+    w = plat.workload("cifar10-large-alexnet")
+    small, large = (predict_point(plat, dataclasses.replace(w, records=n), "lmdbio-lmm-dio", 576, CAL,
+                                  budget=300) for n in (50000, 5000000))
+    assert large["setup_s"] > 10 * small["setup_s"]
+    assert large["per_iteration_s"] == pytest.approx(small["per_iteration_s"], rel=0.05)
+
+
+def test_the_walks_reads_follow_the_measured_microbenchmark():
+    # walk_reads.csv (python -m lmdbio.model.walkread): a cold next()-only walk through a 64 KiB
+    # read-around. The model's walk touching the values reads what it read; leaf-only does not.
+    from lmdbio.model.walkread import DEFAULT_CSV
+
+    d = pd.read_csv(DEFAULT_CSV)
+    d = d[d["mode"] == "walk"].groupby("dataset").median(numeric_only=True)
+    for ds, rb in (("cifar10", 3087), ("imagenet", 196623)):
+        geo = mech.geometry(rb)
+        r = d.loc[ds]
+        _, touching = mech.walk_faults(r["records"], geo["records_per_leaf"], geo["file_bytes_per_record"],
+                                       int(r["read_ahead_bytes"]), True)
+        _, leaf = mech.walk_faults(r["records"], geo["records_per_leaf"], geo["file_bytes_per_record"],
+                                   int(r["read_ahead_bytes"]), False)
+        assert touching == pytest.approx(r["fraction_read"], abs=0.05)
+        assert leaf < 0.5 * r["fraction_read"]
+    assert load_platform("this-machine").walk_touches_values is True
+    assert "walkread" in load_platform("this-machine").sources["walk_touches_values"]
+
+
+def test_latin_hypercube_uses_each_stratum_once_and_is_seeded():
+    from lmdbio.model.uncertainty import latin_hypercube
+
+    u = latin_hypercube(20, 5, seed=3)
+    assert u.shape == (20, 5) and ((u >= 0) & (u < 1)).all()
+    for j in range(5):
+        assert sorted((u[:, j] * 20).astype(int)) == list(range(20))
+    assert (latin_hypercube(20, 5, seed=3) == u).all() and not (latin_hypercube(20, 5, seed=4) == u).all()
+
+
+def test_every_estimate_is_drawn_within_its_range_and_moves_some_prediction():
+    from lmdbio.model.uncertainty import apply, draw, estimates
+
+    plat = _bebop()
+    est = estimates(plat)
+    names = {e.name for e in est}
+    assert {"gpfs-2017.seek_s", "cifar10-large-alexnet.records", "cifar10-large-alexnet.batch_size",
+            "walk_touches_values", "compute"} <= names
+    # The estimates that changed nothing are gone.
+    assert not names & {"cores_per_node", "cifar10-large-alexnet.records.low"}
+    assert not hasattr(plat, "cpu")
+    _, samples = draw(plat, 16, seed=2)
+    for e in est:
+        vals = [x[e.name] for x in samples]
+        if e.kind == "switch":
+            assert set(vals) == {e.low, e.high}
+        else:
+            assert min(vals) >= min(e.low, e.high) and max(vals) <= max(e.low, e.high)
+    variants = ["lmdb", "lmdbio-lmm-dm", "lmdbio-lmm-dio", FULL_STACK]
+
+    def run(p):
+        return [r["total_s"] for r in predict(p, [576, 9216], variants, None, CAL, budget=300)]
+    for e in est:
+        lo, hi = run(apply(plat, {e.name: e.low})), run(apply(plat, {e.name: e.high}))
+        assert lo != hi, f"estimate {e.name} moves no prediction: remove it or make it act"
+
+
+def test_joint_samples_carry_every_estimate_and_run_the_model_at_each():
+    from lmdbio.model.uncertainty import PREFIX, apply, draw, joint
+
+    plat = _bebop()
+    rows = joint(plat, [576], ["lmdb", FULL_STACK], ["cifar10-large-alexnet"], CAL, n=4, seed=5, budget=300)
+    est, samples = draw(plat, 4, seed=5)
+    assert len(rows) == 4 * 2
+    for r in rows:
+        values = samples[r["sample"]]
+        want = predict_point(apply(plat, values), apply(plat, values).workload(r["workload"]),
+                             r["variant"], 576, CAL, budget=300)["total_s"]
+        assert r["total_s"] == pytest.approx(want, rel=1e-12)
+        assert all(PREFIX + e.name in r for e in est)
+
+
+def test_the_per_batch_cpu_microbenchmark_sets_the_per_record_cost_when_larger(tmp_path):
+    # The mean CPU of a 256-record read_batch() (slow calls and garbage collection included)
+    # against the per-call median's slope: the larger one is what a batch costs.
+    cal = fake_calibration()
+    assert cal.per_record_s("lmdb") == cal.record_s["lmdb"]          # not measured: the slope
+    heavy = fake_calibration(batch_cpu_s={v: 5e-5 + 254 * 3e-6 for v in FIXED_VARIANTS})
+    assert heavy.per_record_s("lmdb") == pytest.approx(3e-6)
+    light = fake_calibration(batch_cpu_s={v: 5e-5 + 254 * 1e-7 for v in FIXED_VARIANTS})
+    assert light.per_record_s("lmdb") == cal.record_s["lmdb"]
+    w = Workload(name="w", record_bytes=3087, batch_size=256, iterations=8)
+    plat = load_platform("this-machine")
+    for v in ("lmdb", "lmdbio-lmm-dio-prov"):
+        assert (predict_point(plat, w, v, 1, heavy, cache="warm")["per_iteration_s"]
+                > predict_point(plat, w, v, 1, cal, cache="warm")["per_iteration_s"] + 200 * 1e-6)
+    save_calibration(heavy, tmp_path)
+    assert load_calibration(tmp_path).batch_cpu_s == heavy.batch_cpu_s
+    save_calibration(cal, tmp_path)
+    assert load_calibration(tmp_path).batch_cpu_s is None

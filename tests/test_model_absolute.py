@@ -8,10 +8,12 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from lmdbio.model.absolute import DEFAULT_OUT, Bound, absolute_table, bounds, joint_platform, verdict
+from lmdbio.model.absolute import (DEFAULT_OUT, POSTER_AXIS_S, Bound, absolute_table, axis_check, bounds,
+                                   verdict)
 from lmdbio.model.calibrate import load_calibration
 from lmdbio.model.platform import load_platform
-from lmdbio.model.predict import predict_point, storage_profile
+from lmdbio.model.predict import POWERS, predict_point, storage_profile
+from lmdbio.model.uncertainty import apply
 from test_model import fake_calibration
 
 WL = "cifar10-large-alexnet"
@@ -38,62 +40,92 @@ def test_bounds_follow_the_workload_and_the_process_count():
     b1 = {b.name: b for b in bounds(plat, wl, 36)}
     b2 = {b.name: b for b in bounds(plat, replace(wl, iterations=2 * wl.iterations,
                                                   model_bytes=3 * wl.model_bytes), 36)}
-    # The compute floor: per-process samples x FLOPs per sample; it does not depend on P.
+    # The compute floor: per-process samples x FLOPs per sample; with a fixed global batch it
+    # falls as 1/P, with a fixed batch per process it does not.
     assert b2["compute at core peak"].seconds == pytest.approx(6 * b1["compute at core peak"].seconds)
     assert {b.name: b.seconds for b in bounds(plat, wl, 9216)}["compute at core peak"] == \
-        pytest.approx(b1["compute at core peak"].seconds)
-    # The storage floor grows with the bytes all processes read.
-    s = [{b.name: b.seconds for b in bounds(plat, wl, p)}["storage bandwidth"] for p in (288, 9216)]
+        pytest.approx(b1["compute at core peak"].seconds / 256)
+    weak = wl.reading("per-process")
+    assert {b.name: b.seconds for b in bounds(plat, weak, 9216)}["compute at core peak"] == \
+        pytest.approx({b.name: b.seconds for b in bounds(plat, weak, 36)}["compute at core peak"])
+    # The storage floor: the bytes every process reads; fixed with a global batch, P-fold per process.
+    s = [{b.name: b.seconds for b in bounds(plat, weak, p)}["storage bandwidth"] for p in (288, 9216)]
     assert s[1] == pytest.approx(32 * s[0])
     assert b1["walltime <= 7 d"].kind == "upper" and b1["walltime <= 7 d"].seconds == 7 * 86400
+    # The poster's axis bounds the CIFAR10-Large figure's 512 iterations only.
+    assert (b1["poster axis top"].seconds, b1["poster axis bottom"].seconds) == (1e5, 10.0)
+    assert "poster axis top" not in {b.name for b in bounds(plat, plat.workload("imagenet-caffenet"), 36)}
     with pytest.raises(ValueError):
         bounds(plat, wl, 0)
 
 
-def test_the_table_is_the_models_prediction_with_its_band_and_three_bounds():
+def test_the_table_covers_both_workloads_and_batch_readings_with_the_joint_band():
     plat = load_platform("bebop")
     cal = fake_calibration()
-    t = absolute_table(plat, (1, 72), ["lmdb", "lmdbio-lmm-dio-prov"], WL, cal, budget=500)
-    assert len(t) == 2 * 2 * 3
+    joint = pd.DataFrame([{"workload": WL, "batch": "global", "variant": "lmdb", "nprocs": 72,
+                           "total_s": x} for x in range(1, 101)])
+    t = absolute_table(plat, (1, 72), ["lmdb", "lmdbio-lmm-dio-prov"], None, cal, budget=300,
+                       joint_rows=joint)
+    assert set(t["workload"]) == {WL, "imagenet-caffenet"} and set(t["batch"]) == {"global", "per-process"}
+    # 5 bounds for CIFAR10-Large (3 + the poster's axis), 3 for ImageNet.
+    assert len(t) == 2 * 2 * 2 * 5 + 2 * 2 * 2 * 3
     for r in t.itertuples():
-        want = predict_point(plat, plat.workload(WL), r.variant, r.nprocs, cal, budget=500)["total_s"]
+        w = plat.workload(r.workload).reading(r.batch)
+        want = predict_point(plat, w, r.variant, r.nprocs, cal, budget=300)["total_s"]
         assert r.predicted_s == pytest.approx(want, rel=1e-12)
-        assert r.low_s <= r.predicted_s <= r.high_s
         b = Bound(r.bound, r.bound_kind, r.bound_s, r.bound_source)
         assert r.verdict == verdict(b, r.predicted_s, r.low_s, r.high_s)
         assert 0 < r.dominant_share <= 1
-        # The joint low end is the model at every time-lowering end at once.
-        ends = [tuple(x.split("=")) for x in r.joint_low_estimates.split()]
-        jp = joint_platform(plat, ends)
-        assert r.joint_low_s == pytest.approx(predict_point(jp, jp.workload(WL), r.variant, r.nprocs, cal,
-                                                            budget=500)["total_s"], rel=1e-12)
-    # The band is wider than the central: the estimates move the time.
-    assert (t["high_s"] > t["low_s"]).all()
+    banded = t[(t["workload"] == WL) & (t["batch"] == "global") & (t["variant"] == "lmdb") & (t["nprocs"] == 72)]
+    assert banded["low_s"].iloc[0] == pytest.approx(5.95) and banded["high_s"].iloc[0] == pytest.approx(95.05)
+    assert t.drop(banded.index)["low_s"].isna().all()
 
 
-def test_joint_ends_apply_together_and_unknown_ones_fail():
+def test_a_series_outside_the_posters_axis_fails_the_check_and_names_its_mechanism():
     plat = load_platform("bebop")
-    jp = joint_platform(plat, [("gpfs-2017.seek_s", "low"), ("gpfs-2017.targets", "high"),
-                               ("walk_reads_values", "high")])
+    cal = fake_calibration()
+    t = absolute_table(plat, (1, 9216), ["lmdb"], [WL], cal, budget=300)
+    a = axis_check(t).set_index("batch")
+    assert set(a.index) == {"global", "per-process"}
+    for b, r in a.iterrows():
+        pts = t[(t["batch"] == b) & (t["bound"] == "poster axis top")]["predicted_s"]
+        inside = bool(((pts >= POSTER_AXIS_S[0]) & (pts <= POSTER_AXIS_S[1])).all())
+        assert r["inside"] == inside and r["points"] == 2
+        assert r["worst_mechanism"]
+    # A time beyond the axis is a failed check, whatever else the row says.
+    t2 = t.copy()
+    t2.loc[(t2["batch"] == "global") & (t2["nprocs"] == 9216), "predicted_s"] = 2e5
+    bad = axis_check(t2).set_index("batch").loc["global"]
+    assert not bad["inside"] and bad["outside_procs"] == "9216" and bad["worst_factor"] == pytest.approx(2.0)
+
+
+def test_joint_values_apply_together():
+    plat = load_platform("bebop")
+    jp = apply(plat, {"gpfs-2017.seek_s": 0.0, "gpfs-2017.targets": 24, "walk_touches_values": True,
+                      "cifar10-large-alexnet.records": 50000})
     prof = storage_profile(jp, fake_calibration(), "cold")
-    assert prof.seek_s == 0.0 and prof.targets == 24 and jp.walk_reads_values is True
+    assert prof.seek_s == 0.0 and prof.targets == 24 and jp.walk_touches_values is True
+    assert jp.workload(WL).records == 50000 and plat.workload(WL).records == 500000
     assert storage_profile(plat, fake_calibration(), "cold").seek_s > 0
-    with pytest.raises(ValueError, match="no estimate"):
-        joint_platform(plat, [("gpfs-2017.nonsense", "low")])
+    with pytest.raises(Exception, match="no estimate"):
+        apply(plat, {"nonsense": 1})
 
 
 def test_the_committed_table_is_what_the_committed_calibration_predicts():
     t = pd.read_csv(DEFAULT_OUT)
     plat = load_platform("bebop")
     cal = load_calibration()
-    assert set(t["nprocs"]) == {1, 36, 288, 9216}
-    for variant, p in (("lmdb", 9216), ("lmdbio-lmm-dio-prov", 36)):
-        rows = t[(t["variant"] == variant) & (t["nprocs"] == p)]
-        want = predict_point(plat, plat.workload(WL), variant, p, cal)["total_s"]
+    assert set(t["nprocs"]) == set(POWERS)
+    assert set(t["workload"]) == {WL, "imagenet-caffenet"} and set(t["batch"]) == {"global", "per-process"}
+    for w, b, variant, p in ((WL, "global", "lmdb", 9216), ("imagenet-caffenet", "per-process",
+                                                          "lmdbio-lmm-dio-prov", 36)):
+        rows = t[(t["workload"] == w) & (t["batch"] == b) & (t["variant"] == variant) & (t["nprocs"] == p)]
+        wl = plat.workload(w).reading(b)
+        want = predict_point(plat, wl, variant, p, cal)["total_s"]
         assert rows["predicted_s"].to_numpy() == pytest.approx(want, rel=1e-9), \
             "absolute.csv is stale: rerun `lmdbio model absolute`"
-        got = {b.name: b.seconds for b in bounds(plat, plat.workload(WL), p)}
+        got = {x.name: x.seconds for x in bounds(plat, wl, p)}
         for r in rows.itertuples():
             assert r.bound_s == pytest.approx(got[r.bound])
-            b = Bound(r.bound, r.bound_kind, r.bound_s, r.bound_source)
-            assert r.verdict == verdict(b, r.predicted_s, r.low_s, r.high_s)
+            bd = Bound(r.bound, r.bound_kind, r.bound_s, r.bound_source)
+            assert r.verdict == verdict(bd, r.predicted_s, r.low_s, r.high_s)

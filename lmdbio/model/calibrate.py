@@ -18,6 +18,11 @@
 - ``batch_s`` / ``record_s``: the fixed cost of one ``read_batch()`` per
   variant family on a lone reader (two-record batches) and its cost per
   record (256-record batches minus two-record ones), warm;
+- ``batch_cpu_s``: the Reader's per-batch Python as a process pays it: the
+  mean CPU time (``process_time`` over 300 calls, so garbage collection and
+  the slow calls a median leaves out count) of one 256-record
+  ``read_batch()`` per variant family, lone reader, warm, per-phase stats
+  on (as ``lmdbio bench`` runs it);
 - ``member_batch_s`` / ``member_crowded_s`` / ``crowd_cpu_factor``: the CPU
   of a member's ``read_batch()`` in a group of 2 ranks and of 8 ranks per
   core, and how much the reader's CPU grows in that crowd;
@@ -87,6 +92,8 @@ class Calibration:
     disk_bw: float
     disk_readahead: int
     disk_max_request: int
+    #: Mean CPU seconds of one 256-record read_batch() per variant family (None: not measured).
+    batch_cpu_s: dict | None = None
     #: Effective explicit-read depth on the emulated PFS (NaN: not measured, see the source).
     pfs_inflight: float = float("nan")
     #: How pfs_inflight was measured (profile, reads, spread), or why it was skipped.
@@ -97,7 +104,7 @@ class Calibration:
              "disk_max_request": "bytes", "crowd_per_core": "ranks per core",
              "pfs_inflight": "requests in flight (effective)", "pfs_inflight_source": "text"}
     #: Fields that may be absent from an older calibration.json (their defaults apply).
-    OPTIONAL = ("pfs_inflight", "pfs_inflight_source")
+    OPTIONAL = ("pfs_inflight", "pfs_inflight_source", "batch_cpu_s")
     INTS = ("cores", "disk_readahead", "disk_max_request", "crowd_per_core", "record_bytes")
     #: Fixed seconds of one read_batch() per variant (two-record batches, P = 1): the Python
     #: cost of each locate/fetch path apart from its per-record work.
@@ -109,6 +116,15 @@ class Calibration:
 
     def fixed_batch_s(self, variant: str) -> float:
         return float(self.batch_s[variant])
+
+    def per_record_s(self, variant: str) -> float:
+        """CPU seconds per record of a reader's read_batch(): the per-call median's slope, or,
+        where ``batch_cpu_s`` was measured, its mean CPU per 256-record batch less the fixed cost
+        (the whole per-batch Python, slow calls included), whichever is larger."""
+        r = float(self.record_s[variant])
+        if self.batch_cpu_s and variant in self.batch_cpu_s:
+            r = max(r, (float(self.batch_cpu_s[variant]) - self.fixed_batch_s(variant)) / 254)
+        return r
 
     def cpu_factor(self, ranks_per_core: float) -> float:
         """How much a reader's CPU per batch grows with ranks per core (cache and scheduler
@@ -414,8 +430,8 @@ def _pfs_inflight(tmp: Path, reads: int = 8, budget_s: float = 12.0) -> tuple[fl
 def _batch_cost(db, c, variant, iters=400, per_rank=2):
     """(wall, CPU) seconds per read_batch() of ``per_rank``-record batches on this rank.
 
-    Wall: the 10th percentile of single calls (a call the scheduler did not
-    interrupt: robust to other load); CPU: process time over all calls / calls.
+    Wall: the median of single calls (robust to a call the scheduler interrupted); CPU: process
+    time over all calls / calls (slow calls and garbage collection included).
     """
     import lmdbio
 
@@ -480,18 +496,19 @@ def _mpi_part(db: str, out: str) -> None:
     # Reader + member of one group: the member's CPU per batch (it sleeps while it waits).
     pair = comm.gather(batch_cost(comm, "lmdbio-lmm-dio-prov"), root=0)
     solo = comm.Split(rank, 0)
-    fixed, per_record = {}, {}
+    fixed, per_record, batch_cpu = {}, {}, {}
     solo_cpu = None
     if rank == 0:
         solo_cpu = batch_cost(solo, "lmdbio-lmm-dio-prov")[1]
         for v in FIXED_VARIANTS:
             fixed[v] = batch_cost(solo, v)[0]
-            big = _batch_cost(db, solo, v, iters=300, per_rank=256)[0]
+            big, batch_cpu[v] = _batch_cost(db, solo, v, iters=300, per_rank=256)
             per_record[v] = max(FLOOR_S, (big - fixed[v]) / 254)
     solo.Free()
     if rank == 0:
         Path(out).write_text(json.dumps({
             "mpi_alpha_s": alpha, "mpi_beta_s": beta, "batch_s": fixed, "record_s": per_record,
+            "batch_cpu_s": batch_cpu,
             "reader_solo_cpu_s": solo_cpu,
             "member_batch_s": pair[1][1]}))
 
@@ -581,6 +598,7 @@ HOW = {
     "batch_s": "read_batch() of each variant at P = 1, 2 records per batch (10th percentile of 400 single calls)",
     "record_s": "per record: (read_batch() with 256 records - with 2) / 254 on the 24,000-record CIFAR-10 set (74 MB, larger than a cache), warm (10th percentiles of single calls)",
     "record_bytes": "mean value size of the CIFAR-10 set record_s was measured on",
+    "batch_cpu_s": "the Reader's per-batch Python: mean CPU time (process_time over 300 calls) of one 256-record read_batch() per variant at P = 1 on the 24,000-record CIFAR-10 set, warm, per-phase stats on (as lmdbio bench runs it)",
     "member_batch_s": "CPU time (process_time) of a member's read_batch() in a 2-rank group",
     "member_crowded_s": "the same, mean over the members of one group of crowd_per_core ranks per core",
     "disk_latency_s": "256 random 4 KiB preads of an evicted 64 MiB scratch file",
@@ -607,7 +625,7 @@ def save_calibration(cal: Calibration, out_dir: str | os.PathLike = DEFAULT_DIR,
         values["pfs_inflight"] = None
     (out / "calibration.json").write_text(json.dumps(
         {"values": values, "units": cal.units(), "how": HOW}, indent=2) + "\n")
-    write_results_meta(out, config or {}, files=["calibration.json", "requests_per_read.csv"],
+    write_results_meta(out, config or {}, files=["calibration.json", "requests_per_read.csv", "walk_reads.csv"],
                        note="microbenchmarks on this machine only; no number from the papers")
     return out
 
@@ -619,6 +637,8 @@ def _build(values: dict) -> Calibration:
             continue   # an older calibration: the field's default
         x = values[fl.name]
         kw[fl.name] = ({k: float(x[k]) for k in FIXED_VARIANTS} if fl.name in ("batch_s", "record_s")
+                       else None if fl.name == "batch_cpu_s" and not x
+                       else {k: float(x[k]) for k in FIXED_VARIANTS} if fl.name == "batch_cpu_s"
                        else str(x) if fl.name == "pfs_inflight_source"
                        else float("nan") if fl.name == "pfs_inflight" and x is None
                        else int(x) if fl.name in Calibration.INTS else float(x))

@@ -60,6 +60,18 @@ def _cmd_calibrate(args) -> int:
     except FuseUnavailable as exc:
         print(f"lmdbio: requests per read not measured (no FUSE: {exc}); the committed "
               "requests_per_read.csv stays", file=sys.stderr)
+    # What a cold cursor walk reads (walk_touches_values), on a loop device: root only.
+    from ..storage.throttle import ThrottleUnavailable, throttle_available
+    from .walkread import measure as measure_walk
+
+    ok, why = throttle_available()
+    try:
+        if not ok:
+            raise ThrottleUnavailable(why)
+        pd.DataFrame(measure_walk(workdir=args.workdir)).to_csv(Path(out) / "walk_reads.csv", index=False)
+    except ThrottleUnavailable as exc:
+        print(f"lmdbio: walk reads not measured ({exc}); the committed walk_reads.csv stays",
+              file=sys.stderr)
     if max(load0, load1) > 0.5 * cal.cores:
         print(f"lmdbio: warning: load average {max(load0, load1):.1f} on {cal.cores} cores while "
               "calibrating; costs may be inflated - rerun on an idle machine", file=sys.stderr)
@@ -87,36 +99,69 @@ def _cmd_validate(args) -> int:
 
 
 def _cmd_predict(args) -> int:
+    import time
+
     from .calibrate import load_calibration
     from .platform import load_platform
-    from .predict import predict, sensitivity, write_predictions
+    from .predict import predict, write_predictions
+    from .uncertainty import joint, verdict_maps
 
     plat = load_platform(args.platform)
     cal = load_calibration(args.calibration)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     procs = _procs(args.procs)
     wls = args.workloads and args.workloads.split(",")
-    rows = predict(plat, procs, variants, wls, cal, budget=args.budget)
+    batches = [b.strip() for b in args.batches.split(",") if b.strip()]
+    t0 = time.monotonic()
+    rows = predict(plat, procs, variants, wls, cal, budget=args.budget, batches=batches)
+    say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+    say(f"[predict] {len(rows)} points in {time.monotonic() - t0:.0f} s")
     band = [max(procs)] if args.band_procs in (None, "none") else _procs(args.band_procs)
-    sens = sensitivity(plat, band, variants, wls, cal, budget=args.budget) if args.band_procs != "none" else []
+    samples = maps = None
+    if args.band_procs != "none" and args.samples > 0:
+        t0 = time.monotonic()
+        samples = joint(plat, band, variants, wls, cal, n=args.samples, seed=args.seed,
+                        budget=args.budget,
+                        progress=lambda i, n: say(f"[predict] joint sample {i}/{n}") if i % 8 == 0 else None)
+        say(f"[predict] {args.samples} joint samples in {time.monotonic() - t0:.0f} s")
+        if args.map_points > 1 and ("all" in variants or not variants):
+            t0 = time.monotonic()
+            maps = verdict_maps(plat, samples, cal, max(band), points=args.map_points, budget=args.budget)
+            say(f"[predict] verdict maps in {time.monotonic() - t0:.0f} s")
     out = write_predictions(rows, args.out, {"platform": args.platform, "procs": procs,
                                              "variants": variants, "budget": args.budget,
-                                             "band_procs": band, "argv": sys.argv[1:]},
-                            plat, cal, args.calibration, sens=sens)
+                                             "batches": batches, "band_procs": band,
+                                             "samples": args.samples, "seed": args.seed,
+                                             "map_points": args.map_points, "argv": sys.argv[1:]},
+                            plat, cal, args.calibration, joint=samples, maps=maps)
     print(out / "predictions.csv")
     return 0
 
 
 def _cmd_absolute(args) -> int:
-    from .absolute import absolute_table, write_absolute
+    from pathlib import Path
+
+    import pandas as pd
+
+    from .absolute import absolute_table, axis_check, write_absolute
     from .calibrate import load_calibration
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    t = absolute_table(args.platform, _procs(args.procs), variants, args.workload,
-                       load_calibration(args.calibration), budget=args.budget)
+    wls = args.workloads and args.workloads.split(",")
+    joint_csv = Path(args.joint) if args.joint else Path(args.out).with_name("joint.csv")
+    joint_rows = pd.read_csv(joint_csv) if joint_csv.exists() else None
+    t = absolute_table(args.platform, _procs(args.procs), variants, wls,
+                       load_calibration(args.calibration), budget=args.budget, joint_rows=joint_rows)
     out = write_absolute(t, args.out)
-    show = t[["variant", "nprocs", "predicted_s", "low_s", "high_s", "bound", "bound_s", "verdict"]]
-    print(show.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    axis = axis_check(t)
+    show = t.drop_duplicates(["workload", "batch", "variant", "nprocs"])
+    show = show[show["nprocs"].isin([1, 36, 576, 9216])]
+    print(show.pivot_table(index=["workload", "batch", "variant"], columns="nprocs",
+                           values="predicted_s").to_string(float_format=lambda x: f"{x:.4g}"))
+    for r in axis.itertuples():
+        state = "inside" if r.inside else f"FAILED: outside at P = {r.outside_procs}"
+        print(f"poster axis 10-100,000 s: {r.workload} {r.batch:11s} {r.variant:32s} {state}; "
+              f"{r.min_s:.3g}-{r.max_s:.3g} s; worst P={r.worst_nprocs} ({r.worst_mechanism})")
     print(out)
     return 0
 
@@ -161,21 +206,34 @@ def add_model_parser(subparsers) -> argparse.ArgumentParser:
                    help="process counts; '...' continues the poster's axis (default %(default)s)")
     r.add_argument("--variants", default="all", help="'all' or comma-separated variant names")
     r.add_argument("--workloads", default=None, help="comma-separated workload names (default all)")
+    r.add_argument("--batches", default="global,per-process",
+                   help="batch readings to predict: a fixed global batch (strong scaling) and/or a "
+                        "fixed batch per process (weak); default %(default)s")
     r.add_argument("--calibration", default=str(DEFAULT_DIR))
     r.add_argument("--out", required=True, help="directory for predictions.csv and meta.json")
     r.add_argument("--budget", type=int, default=20000,
                    help="storage-model pieces simulated per phase (default %(default)s)")
     r.add_argument("--band-procs", default=None,
-                   help="process counts at which every estimate is also run at both ends of its range "
-                        "(low/high columns, sensitivity.csv); default: the largest of --procs; 'none': skip")
+                   help="process counts at which the joint samples run (joint.csv, the bands and "
+                        "verdicts); default: the largest of --procs; 'none': skip")
+    r.add_argument("--samples", type=int, default=32,
+                   help="joint samples (a seeded Latin hypercube over every estimate's range; about "
+                        "3 s each at 9,216 processes; default %(default)s)")
+    r.add_argument("--seed", type=int, default=1, help="the joint samples' seed (default %(default)s)")
+    r.add_argument("--map-points", type=int, default=6,
+                   help="grid points per estimate of the verdict maps (verdict_map.csv; 0: none)")
+    r.add_argument("--quiet", action="store_true")
     r.set_defaults(func=_cmd_predict)
 
-    a = sub.add_parser("absolute", help="predicted total times and their bands against bounds "
-                       "that do not come from the papers' speedups (walltime, bandwidth, compute)")
+    a = sub.add_parser("absolute", help="predicted total times of both workloads and both batch readings "
+                       "against the poster's axis and bounds that do not come from the papers' "
+                       "speedups (walltime, bandwidth, compute)")
     a.add_argument("--platform", default="bebop", help="a name in lmdbio/platforms/ or a TOML file")
-    a.add_argument("--procs", default="1,36,288,9216", help="process counts (default %(default)s)")
+    a.add_argument("--procs", default="1,2,4,8,16,36,72,...,9216",
+                   help="process counts (default: the poster's axis, %(default)s)")
     a.add_argument("--variants", default="all", help="'all' or comma-separated variant names")
-    a.add_argument("--workload", default="cifar10-large-alexnet")
+    a.add_argument("--workloads", default=None, help="comma-separated workload names (default all)")
+    a.add_argument("--joint", default=None, help="joint.csv for the bands (default: next to --out)")
     a.add_argument("--calibration", default=str(DEFAULT_DIR))
     a.add_argument("--out", default=str(REPO / "data" / "results" / "model_prediction" / "absolute.csv"))
     a.add_argument("--budget", type=int, default=20000,

@@ -8,7 +8,8 @@ import numpy as np
 from ..plots import VARIANT_COLORS, VARIANTS, PHASE_COLORS, label
 from .predict import PHASES
 
-__all__ = ["calibration_figure", "validation_figure", "prediction_figure", "phases_figure"]
+__all__ = ["calibration_figure", "validation_figure", "prediction_figure", "phases_figure",
+           "verdict_map_figure"]
 
 _COSTS = (("cursor_step_s", "cursor step"), ("page_fault_s", "minor fault / page"),
           ("copy_record_s", "copy / record"), ("pread_call_s", "pread / call"),
@@ -70,12 +71,17 @@ def validation_figure(df):
     return fig
 
 
-def prediction_figure(pred, platform: str = ""):
-    """The poster's headline figure, predicted: log time vs processes, seven series per workload."""
-    wls = list(dict.fromkeys(pred["workload"]))
-    fig, axes = plt.subplots(1, len(wls), figsize=(5.2 * len(wls) + 1.8, 4.4), squeeze=False)
-    for ax, w in zip(axes[0], wls):
-        d = pred[pred["workload"] == w]
+def prediction_figure(pred, platform: str = "", axis=(10.0, 100000.0)):
+    """The poster's headline figure, predicted: log time vs processes, seven series per workload
+    and batch reading; the poster's time axis (10-100,000 s) shaded on the CIFAR10-Large panels."""
+    pred = pred if "batch" in pred.columns else pred.assign(batch="global")
+    panels = list(dict.fromkeys(zip(pred["workload"], pred["batch"])))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels) + 1.8, 4.4), squeeze=False,
+                             sharey=True)
+    for ax, (w, b) in zip(axes[0], panels):
+        d = pred[(pred["workload"] == w) & (pred["batch"] == b)]
+        if w.startswith("cifar10") and axis:
+            ax.axhspan(*axis, color="#eafaf1", zorder=0, label="poster's axis")
         for v in VARIANTS:
             g = d[d["variant"] == v].sort_values("nprocs")
             if len(g):
@@ -87,12 +93,61 @@ def prediction_figure(pred, platform: str = ""):
         ax.minorticks_off()
         ax.set_yscale("log")
         it = int(d["iterations"].iloc[0])
-        ax.set_title(f"{w}, {it} iterations")
+        per = "global batch" if b == "global" else "batch per process"
+        ax.set_title(f"{w}, {it} iterations\n{per}", fontsize=9)
         ax.set_xlabel("number of processes")
     axes[0][0].set_ylabel("predicted training time (s, log)")
     axes[0][-1].legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
-    fig.suptitle(f"Predicted: overall training time vs processes ({platform})", fontsize=11)
+    fig.suptitle(f"Predicted: overall training time vs processes ({platform})", fontsize=11, y=1.04)
     return fig
+
+
+def verdict_map_figure(maps):
+    """Each verdict map: the ratio over a grid of two estimates (the others central; a third, a
+    switch, at each end in its own panel), coloured on one scale around the threshold (green
+    above, red below), with the threshold's contour where the grid crosses it."""
+    from matplotlib.colors import TwoSlopeNorm
+
+    maps = maps.assign(z_estimate=maps["z_estimate"].fillna("") if "z_estimate" in maps else "",
+                       z=maps["z"] if "z" in maps else float("nan"))
+    keys = list(dict.fromkeys(zip(maps["claim"], maps["z"].fillna(-1))))
+    # One colour scale for every panel: log10(ratio / threshold), 0 at the threshold.
+    rel = np.log10(maps["ratio"].to_numpy(float) / maps["threshold"].to_numpy(float))
+    lim = max(0.3, float(np.nanmax(np.abs(rel))))
+    norm = TwoSlopeNorm(vmin=-lim, vcenter=0.0, vmax=lim)
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.9 * len(keys) + 1.2, 4.6), squeeze=False,
+                             constrained_layout=True)
+    im = None
+    for ax, (k, zv) in zip(axes[0], keys):
+        g = maps[(maps["claim"] == k) & (maps["z"].fillna(-1) == zv)]
+        thr = float(g["threshold"].iloc[0])
+        t = g.pivot_table(index="y", columns="x", values="ratio")
+        xs, ys = t.columns.to_numpy(float), t.index.to_numpy(float)
+        z = np.log10(t.to_numpy(float) / thr)
+        im = ax.pcolormesh(xs, ys, z, shading="nearest", cmap="RdYlGn", norm=norm)
+        if z.min() < 0 < z.max() and len(xs) > 1 and len(ys) > 1:
+            cs = ax.contour(xs, ys, z, levels=[0.0], colors="k", linewidths=1.5)
+            ax.clabel(cs, fmt={0.0: f"{thr:g}x"}, fontsize=8)
+        for (yi, xi), v in np.ndenumerate(t.to_numpy(float)):
+            ax.text(xs[xi], ys[yi], f"{v:.3g}", ha="center", va="center", fontsize=6)
+        ax.set_xlabel(g["x_estimate"].iloc[0], fontsize=8)
+        ax.set_ylabel(g["y_estimate"].iloc[0], fontsize=8)
+        if len(ys) and ys.min() > 0 and ys.max() / ys.min() >= 4:
+            ax.set_yscale("log")
+        w, p = g["workload"].iloc[0], int(g["nprocs"].iloc[0])
+        side = "above" if z.min() >= 0 else "below" if z.max() < 0 else "on both sides of"
+        zname = g["z_estimate"].iloc[0]
+        ztxt = f"\n{zname} = its {'low' if zv == 0 else 'high'} end" if zname else ""
+        ax.set_title(f"{k}: {SHORT_FAST.get(g['fast'].iloc[0], g['fast'].iloc[0])} / LMDB, {w}\n"
+                     f"P = {p:,}: grid {side} {thr:g}x{ztxt}", fontsize=8)
+    cb = fig.colorbar(im, ax=axes[0].tolist(), shrink=0.85)
+    cb.set_label("log10(ratio / threshold): green above, red below", fontsize=8)
+    fig.suptitle("Verdict maps: the ratio over the estimates that decide it (every other estimate central)",
+                 fontsize=10)
+    return fig
+
+
+SHORT_FAST = {"lmdbio-lmm-dio-prov-coal-stag": "full stack", "lmdbio-lmm": "LMM", "lmdbio-lmm-dm": "DM"}
 
 
 def phases_figure(pred, workload: str, procs):

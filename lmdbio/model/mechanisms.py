@@ -16,7 +16,7 @@ from pathlib import Path
 from ..provenance import model_parameters
 from .requests import IO_PAGES, curve_requests
 
-__all__ = ["PAGE", "geometry", "fault_cpu", "faulter_factor", "load_faulters", "cursor_steps", "ring_cycle", "mmap_requests",
+__all__ = ["PAGE", "geometry", "walk_faults", "fault_cpu", "faulter_factor", "load_faulters", "cursor_steps", "ring_cycle", "mmap_requests",
            "explicit_requests", "load_speculation", "speculation_requests", "overlapped", "coalesce_factor", "stripe_pieces", "stagger_groups", "handoff",
            "allreduce", "cpu_bound"]
 
@@ -37,6 +37,28 @@ def geometry(record_bytes: int, key_bytes: int = 35) -> dict:
         rpl, ppr = max(1, (PAGE - 16) // (record_bytes + key_bytes + 10)), 0
     return {"records_per_leaf": rpl, "pages_per_record": ppr,
             "file_bytes_per_record": ppr * PAGE + PAGE / rpl}
+
+
+def walk_faults(steps: float, records_per_leaf: int, file_bytes_per_record: float, window: int,
+                touches_values: bool) -> tuple[float, float]:
+    """(1)+(2)+(3) The page faults of a cursor walk over ``steps`` records, and the share it reads.
+
+    A step touches the record's leaf entry (one leaf page every
+    ``records_per_leaf`` steps) and, with ``touches_values``, the first page of
+    the value it steps over. Each fault reads a read-around ``window``. When
+    the touches lie at most a window apart, the faults read the walked
+    region whole, one window after another (``cover`` 1); otherwise each
+    touch is a fault of its own and the walk reads ``window`` bytes of every
+    ``spacing`` (``cover`` = window / spacing). Measured by
+    :mod:`lmdbio.model.walkread` (walk_reads.csv). Returns ``(faults, cover)``.
+    """
+    w = max(PAGE, int(window))
+    f = float(file_bytes_per_record)
+    spacing = f if touches_values else records_per_leaf * f
+    if w >= spacing:
+        return steps * f / w, 1.0
+    faults = steps * (1.0 + 1.0 / records_per_leaf) if touches_values else steps / records_per_leaf
+    return faults, w / spacing
 
 
 def fault_cpu(waiting: int, page_fault_s: float, wake_s: float) -> float:

@@ -16,18 +16,25 @@ try:
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     tomllib = None
 
-__all__ = ["Platform", "Workload", "load_platform", "list_platforms", "PLATFORM_DIR"]
+__all__ = ["Platform", "Workload", "load_platform", "list_platforms", "PLATFORM_DIR", "BATCH_READINGS"]
 
 PLATFORM_DIR = Path(__file__).resolve().parent.parent / "platforms"
+#: The two readings of a workload's batch: fixed global (strong scaling), fixed per process (weak).
+BATCH_READINGS = ("global", "per-process")
 
 
 @dataclass(frozen=True)
 class Workload:
-    """What is read and trained: record geometry, batch, iterations, emulated training.
+    """What is read and trained: record geometry, data set, batch, iterations, emulated training.
 
-    Exactly one of ``batch_size`` (global, fixed: strong scaling) and
-    ``batch_per_process`` (weak scaling, the global batch grows with P) is set.
-    ``records`` = 0 means as many as the run reads (no epoch wrap).
+    Two readings of the batch: ``batch_size`` is the global batch, fixed over
+    P (strong scaling: each process gets ``batch_size / P``, as the reference
+    code's ``subbatch_size``), ``batch_per_process`` the batch of each process
+    (weak scaling: the global batch grows with P). A workload may give both;
+    ``batch`` ("global" or "per-process") says which one applies, and
+    :meth:`reading` gives the workload under the other. ``records`` is the
+    data set's size: a run of more than ``records`` records wraps into
+    further epochs (0: as many as the run reads, no wrap).
     """
 
     name: str
@@ -39,14 +46,36 @@ class Workload:
     iterations: int = 1
     compute_s_per_sample: float = 0.0
     model_bytes: int = 0
+    #: Which batch applies: "global" (batch_size) or "per-process" (batch_per_process).
+    batch: str = ""
     #: ``{field: (low, high, why)}`` for the workload's estimates (its ``[workload.ranges]``).
     ranges: MappingProxyType = field(default_factory=lambda: MappingProxyType({}),
                                      compare=False, repr=False)
     sources: MappingProxyType = field(default_factory=lambda: MappingProxyType({}),
                                       compare=False, repr=False)
 
+    def __post_init__(self):
+        if not self.batch:
+            object.__setattr__(self, "batch", "global" if self.batch_size else "per-process")
+
     def global_batch(self, nprocs: int) -> int:
-        return self.batch_size if self.batch_size else self.batch_per_process * nprocs
+        """The global batch at ``nprocs`` processes under this workload's reading."""
+        return self.batch_size if self.batch == "global" else self.batch_per_process * nprocs
+
+    def reading(self, batch: str) -> "Workload":
+        """This workload under the batch reading ``batch`` ("global" or "per-process")."""
+        if batch not in BATCH_READINGS:
+            raise ConfigurationError(f"batch reading must be one of {', '.join(BATCH_READINGS)}, "
+                                     f"not {batch!r}")
+        if (self.batch_size if batch == "global" else self.batch_per_process) <= 0:
+            field_ = "batch_size" if batch == "global" else "batch_per_process"
+            raise ConfigurationError(f"workload {self.name!r} has no {field_}: it cannot be read "
+                                     f"with a {batch} batch")
+        return replace(self, batch=batch)
+
+    def epochs(self, nprocs: int) -> float:
+        """Passes over the data set a run makes (0 when ``records`` is 0: no fixed data set)."""
+        return self.iterations * self.global_batch(nprocs) / self.records if self.records else 0.0
 
 
 @dataclass(frozen=True)
@@ -54,7 +83,8 @@ class Platform:
     """A cluster (or this machine) for the model: nodes, storage, network, CPU costs.
 
     ``ranks_per_node`` 0 puts every rank on one node; ``cores_per_node`` 0
-    takes the calibration's core count; ``net_alpha_s``/``net_beta_s`` 0 take
+    takes the calibration's core count (CPU-side costs always come from the
+    calibration); ``net_alpha_s``/``net_beta_s`` 0 take
     the calibrated MPI ping-pong. ``cores_shared``: every (virtual) node runs
     on the same cores (this machine emulating several nodes).
     ``explicit_inflight``: requests one reader keeps in flight during a large
@@ -70,7 +100,6 @@ class Platform:
     storage: str
     storage_time_scale: float
     cache: str
-    cpu: str
     net_alpha_s: float
     net_beta_s: float
     coalesce_bytes: int
@@ -78,9 +107,9 @@ class Platform:
     workloads: tuple[Workload, ...]
     cores_shared: bool = False
     explicit_inflight: float = 0.0
-    #: The cursor walk reads the pages of every value it steps over (not only the leaf pages):
-    #: measured for lmdbio's walk on the throttled device; unknown for Caffe's C walk.
-    walk_reads_values: bool = False
+    #: A cursor step touches the first page of the value it steps over (not only its leaf page):
+    #: measured for lmdbio's walk by a microbenchmark (lmdbio.model.walkread); unknown for Caffe's.
+    walk_touches_values: bool = False
     #: The K-faulters curve (problem 1, measured): a faulters.csv path ('' = none).
     faulters: str = ""
     #: Requests and bytes of one cold explicit read of L bytes, measured through an lmdbio.pfs
@@ -103,6 +132,10 @@ class Platform:
     sources: MappingProxyType = field(default_factory=lambda: MappingProxyType({}),
                                       compare=False, repr=False)
     path: str = ""
+    #: ``{estimate: why}``: estimates of the storage profile held at their central value here
+    #: because they move no prediction of this platform's workloads (its ``[pinned]``).
+    pinned: MappingProxyType = field(default_factory=lambda: MappingProxyType({}),
+                                     compare=False, repr=False)
 
     def workload(self, name: str) -> Workload:
         for w in self.workloads:
@@ -138,14 +171,22 @@ def _workload(raw: dict, where: str) -> Workload:
             batch_per_process=int(raw.get("batch_per_process", 0)),
             iterations=int(raw.get("iterations", 1)),
             compute_s_per_sample=parse_compute_time(raw.get("compute", 0.0)),
-            model_bytes=parse_model_bytes(raw.get("model", 0)),
+            model_bytes=parse_model_bytes(raw.get("model", 0)), batch=str(raw.get("batch", "")),
             ranges=_ranges(raw.get("ranges", {}), f"{where}: workload {name!r}"),
             sources=MappingProxyType(dict(raw.get("sources", {}))))
     except KeyError as exc:
         raise ConfigurationError(f"{where}: a [[workload]] lacks {exc.args[0]!r}") from None
-    if (w.batch_size > 0) == (w.batch_per_process > 0):
-        raise ConfigurationError(f"{where}: workload {w.name!r} needs exactly one of batch_size "
-                                 "(global) or batch_per_process (weak scaling)")
+    if w.batch_size <= 0 and w.batch_per_process <= 0:
+        raise ConfigurationError(f"{where}: workload {w.name!r} needs batch_size (global) or "
+                                 "batch_per_process (weak scaling), or both with batch = ...")
+    if w.batch_size > 0 and w.batch_per_process > 0 and not raw.get("batch"):
+        raise ConfigurationError(f"{where}: workload {w.name!r} gives both batch_size and "
+                                 "batch_per_process: say which applies with batch = \"global\" "
+                                 "or \"per-process\"")
+    if w.batch not in BATCH_READINGS:
+        raise ConfigurationError(f"{where}: workload {w.name!r}: batch must be one of "
+                                 f"{', '.join(BATCH_READINGS)}, not {w.batch!r}")
+    w.reading(w.batch)   # the chosen reading has its batch
     if w.record_bytes <= 0 or w.iterations <= 0 or w.records < 0:
         raise ConfigurationError(f"{where}: workload {w.name!r} needs record_bytes > 0, "
                                  "iterations > 0 and records >= 0")
@@ -173,20 +214,21 @@ def load_platform(name_or_path: str | os.PathLike) -> Platform:
             ranks_per_node=int(raw["ranks_per_node"]), cores_per_node=int(raw["cores_per_node"]),
             readers_per_node=int(raw.get("readers_per_node", 1)), storage=str(raw["storage"]),
             storage_time_scale=float(raw.get("storage_time_scale", 1.0)),
-            cache=str(raw.get("cache", "cold")), cpu=str(raw.get("cpu", "calibration")),
+            cache=str(raw.get("cache", "cold")),
             net_alpha_s=float(raw.get("net_alpha_s", 0.0)), net_beta_s=float(raw.get("net_beta_s", 0.0)),
             coalesce_bytes=int(raw.get("coalesce_bytes", 4 << 20)),
             stagger_size=int(raw.get("stagger_size", 0)),
             workloads=tuple(_workload(w, where) for w in raw.get("workload", [])),
             cores_shared=bool(raw.get("cores_shared", False)),
             explicit_inflight=float(raw.get("explicit_inflight", 0.0)),
-            walk_reads_values=bool(raw.get("walk_reads_values", False)),
+            walk_touches_values=bool(raw.get("walk_touches_values", False)),
             faulters=str(raw.get("faulters", "")),
             requests_per_read=str(raw.get("requests_per_read", "")),
             speculation=str(raw.get("speculation", "")),
             pagepool=int(raw.get("pagepool", 0)),
             ranges=_ranges(raw.get("ranges", {}), where),
-            sources=MappingProxyType(dict(raw.get("sources", {}))), path=where)
+            sources=MappingProxyType(dict(raw.get("sources", {}))), path=where,
+            pinned=MappingProxyType({str(k): str(v) for k, v in dict(raw.get("pinned", {})).items()}))
     except KeyError as exc:
         raise ConfigurationError(f"{where}: lacks {exc.args[0]!r}") from None
     if plat.ranks_per_node < 0 or plat.cores_per_node < 0 or plat.readers_per_node < 1:

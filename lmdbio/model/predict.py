@@ -113,12 +113,13 @@ def _phase_time(profile, nodes, streams, budget, pagepool: int = 0) -> tuple[flo
 
 
 def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: int,
-                  cal: Calibration, *, cache: str | None = None, budget: int = 20000,
-                  warmup: int = 0) -> dict:
+                  cal: Calibration, *, cache: str | None = None, budget: int = 20000) -> dict:
     """One row: per-iteration phases, setup and total seconds, and what dominates.
 
-    ``warmup``: batches read before the timed iterations (a sweep's warmup;
-    recorded, not used: nothing in the model depends on it yet).
+    The batch is read as ``workload.batch`` says (a fixed global batch, or a
+    fixed batch per process); a run longer than the data set wraps into
+    further epochs, each read from storage again (no cache across
+    iterations: ``epochs`` in the row says how many).
     """
     if not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs must be a positive integer, got {nprocs!r}")
@@ -137,6 +138,7 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
     if B < P:
         raise ConfigurationError(f"global batch {B} is smaller than {P} processes")
     b = B / P
+    # The data set: fixed (its records), or as many records as the run reads.
     N = workload.records or workload.iterations * B
     profile = storage_profile(platform, cal, cache)
     ra = profile.readahead if profile is not None else 0
@@ -190,7 +192,7 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
     if o.fetch == "mmap":
         # Per record as measured (walk step, copy, minor faults) less the step counted above,
         # plus the bytes by which these records differ from the measured ones.
-        copy_cpu = g * max(0.0, cal.record_s[family] - cal.cursor_step_s
+        copy_cpu = g * max(0.0, cal.per_record_s(family) - cal.cursor_step_s
                            + (s - cal.record_bytes) * cal.memcpy_byte_s)
         reader_cpu += copy_cpu
         if o.locate == "ring" and R > 1:
@@ -233,14 +235,12 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
             # per walker's page cache); every fault reads the read-around window W. With W at
             # least the leaf spacing the walk streams through the whole walked region and the
             # copies find their pages cached; otherwise the copies fault what is left.
-            W, S = max(mech.PAGE, ra), rpl * f
+            W = max(mech.PAGE, ra)
             _, size, per = mech.mmap_requests(mech.PAGE, ra, rsize)
-            if W >= S or platform.walk_reads_values:
-                # Either the read-around spans a leaf's records, or the walk itself reads every
-                # value it steps over (platform.walk_reads_values): the walk streams the region.
-                leaf_faults, cover = (steps or g) * f / W, 1.0
-            else:
-                leaf_faults, cover = (steps or g) / rpl, W / S
+            # The walk's touches: leaf pages, and each value's first page when the walk touches
+            # the values it steps over (platform.walk_touches_values, measured by walkread).
+            leaf_faults, cover = mech.walk_faults(steps or g, rpl, f, W, platform.walk_touches_values)
+            S = f if platform.walk_touches_values else rpl * f
             # (1) Problem 1, measured: concurrent faulters of a node split the read-around into
             # more, smaller requests (the K-faulters curve of the throttled device).
             kf = mech.faulter_factor(waiters, _faulters(platform.faulters))
@@ -279,7 +279,7 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
         reader_cpu += plan
         chunk = k * g * f
         # Per record as measured (extents, pread, hand-out) less the planning counted above.
-        cpu = g * max(0.0, cal.record_s[family] - cal.plan_record_s
+        cpu = g * max(0.0, cal.per_record_s(family) - cal.plan_record_s
                       + (s - cal.record_bytes) * cal.pread_byte_s)
         reader_cpu += cpu
         if not cold:
@@ -333,8 +333,9 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
     per_iter = sum(ph.values())
     io_phases = {x: ph[x] for x in ("locate", "read", "distribute", "wait")}
     row = {"platform": platform.name, "workload": workload.name, "variant": o.name if o.localized
-           else "lmdb", "nprocs": P, "nodes": nodes, "cache": cache,
-           "iterations": workload.iterations, "global_batch": B,
+           else "lmdb", "nprocs": P, "nodes": nodes, "cache": cache, "batch": workload.batch,
+           "iterations": workload.iterations, "global_batch": B, "record_bytes": s, "records": N,
+           "epochs": workload.iterations * B / N,
            "total_s": setup + workload.iterations * per_iter, "setup_s": setup,
            "per_iteration_s": per_iter, **{f"{x}_s": v for x, v in ph.items()},
            "dominant_phase": max(ph, key=ph.get), "dominant_io_phase": max(io_phases, key=io_phases.get),
@@ -459,8 +460,13 @@ def band_columns(rows: list[dict], sens: list[dict]) -> list[dict]:
 
 
 def predict(platform: Platform | str, procs, variants=("all",), workloads=None,
-            cal: Calibration | None = None, budget: int = 20000) -> list[dict]:
-    """Rows for every workload x variant x process count of a platform."""
+            cal: Calibration | None = None, budget: int = 20000, batches=None) -> list[dict]:
+    """Rows for every workload x batch reading x variant x process count of a platform.
+
+    ``batches``: the batch readings to run ("global", "per-process"); None
+    runs each workload's own (its ``batch``). A reading a workload has no
+    batch for is skipped.
+    """
     plat = load_platform(platform) if not isinstance(platform, Platform) else platform
     cal = cal or load_calibration()
     names = list(VARIANTS) if (not variants or "all" in variants) else list(variants)
@@ -469,32 +475,46 @@ def predict(platform: Platform | str, procs, variants=("all",), workloads=None,
         raise ConfigurationError(f"platform {plat.name!r} defines no [[workload]]")
     rows = []
     for w in wls:
-        for v in names:
-            for p in procs:
-                rows.append(predict_point(plat, w, v, int(p), cal, budget=budget))
+        for reading in (batches or [w.batch]):
+            if (w.batch_size if reading == "global" else w.batch_per_process) <= 0:
+                continue
+            wr = w.reading(reading)
+            for v in names:
+                for p in procs:
+                    if wr.global_batch(int(p)) < int(p):
+                        continue   # fewer records than processes: no run at this P
+                    rows.append(predict_point(plat, wr, v, int(p), cal, budget=budget))
     return rows
 
 
 def write_predictions(rows: list[dict], out_dir, config: dict, platform: Platform,
-                      cal: Calibration, cal_dir=None, sens: list[dict] | None = None) -> Path:
-    """``predictions.csv`` (tidy, one row per workload x variant x P), ``sensitivity.csv`` and ``meta.json``.
+                      cal: Calibration, cal_dir=None, sens: list[dict] | None = None,
+                      joint: list[dict] | None = None, maps: list[dict] | None = None) -> Path:
+    """``predictions.csv`` (tidy, one row per workload x batch reading x variant x P) and ``meta.json``.
 
-    With ``sens`` (:func:`sensitivity` rows), predictions.csv gets
-    ``total_s_low``/``total_s_high`` (low / central / high; NaN at process
-    counts the sensitivity did not cover) and sensitivity.csv holds the
-    rows themselves.
+    With ``joint`` (:func:`lmdbio.model.uncertainty.joint` rows) also
+    ``joint.csv``, the samples every band and verdict is taken from; with
+    ``maps`` (:func:`lmdbio.model.uncertainty.verdict_map` rows)
+    ``verdict_map.csv``; with ``sens`` (:func:`sensitivity`, one estimate at
+    a time) predictions.csv gets ``total_s_low``/``total_s_high`` and
+    ``sensitivity.csv`` holds the rows. A file a run does not write is
+    removed: a stale band would not match these predictions.
     """
     import pandas as pd
 
     from ..metrics import write_results_meta
+    from .estimates import BAND, estimates
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(band_columns(rows, sens or [])).to_csv(out / "predictions.csv", index=False)
-    if sens:
-        pd.DataFrame(sens).to_csv(out / "sensitivity.csv", index=False)
-    elif (out / "sensitivity.csv").exists():
-        (out / "sensitivity.csv").unlink()   # a stale band would not match these predictions
+    written = ["predictions.csv"]
+    for name, data in (("sensitivity.csv", sens), ("joint.csv", joint), ("verdict_map.csv", maps)):
+        if data:
+            pd.DataFrame(data).to_csv(out / name, index=False)
+            written.append(name)
+        elif (out / name).exists():
+            (out / name).unlink()
     prof = storage_profile(platform, cal, platform.cache)
     meta = {"platform": {"file": platform.path, "name": platform.name,
                          "ranks_per_node": platform.ranks_per_node,
@@ -506,13 +526,16 @@ def write_predictions(rows: list[dict], out_dir, config: dict, platform: Platfor
                          "explicit_inflight_from": explicit_depth(platform, cal)[1],
                          "sources": dict(platform.sources),
                          "workloads": [{**{fl.name: getattr(w, fl.name) for fl in fields(w)
-                                           if fl.name != "sources"},
+                                           if fl.name not in ("sources", "ranges")},
+                                        "ranges": {k: list(v) for k, v in w.ranges.items()},
                                         "sources": dict(w.sources)} for w in platform.workloads]},
+            "default_batch": {w.name: w.batch for w in platform.workloads},
             "storage_profile": prof.as_dict() if prof is not None else None,
             "calibration": asdict(cal), "calibration_dir": str(cal_dir or ""),
-            "files": ["predictions.csv"] + (["sensitivity.csv"] if sens else []),
-            "estimate_ranges": [{"estimate": n, "end": e, "value": v, "why": w}
-                                for n, e, v, w, _ in estimate_ends(platform)],
+            "files": written,
+            "estimates": [{"estimate": e.name, "low": e.low, "high": e.high, "central": e.central,
+                           "drawn": e.kind, "why": e.why} for e in estimates(platform)],
+            "band": f"{int(100 * BAND[0])}-{int(100 * BAND[1])}% of the joint samples (joint.csv)",
             "phases": list(PHASES),
             "note": "model parameters come from the platform file's sources and this machine's "
                     "microbenchmarks; nothing is fitted to the papers' speedups"}

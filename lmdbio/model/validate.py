@@ -14,6 +14,10 @@ Each point has a ``setting`` (:func:`setting_of`):
   real, rate-limited device per virtual node; predicted with a profile made
   from the throttle's own limits (:func:`throttled_profile`), independent of
   the storage model's FIFO targets and seeks;
+- ``shared storage target`` (``shared/``, storage ``shared:NAME``, when present): every
+  virtual node reads one rate-limited loop device through a direct-I/O node device of its
+  own (``lmdbio.storage.shared``); predicted with one rate-limited target for the whole run
+  (:func:`shared_profile`), independent of the storage model's FIFO targets and seeks;
 - ``time-dilated emulated GPFS`` (``dilated/``, when present): the emulator
   at a larger ``time_scale``; it still charges reads to the same storage
   model, so it is labelled as sharing it;
@@ -33,15 +37,15 @@ from .platform import Platform, Workload, load_platform
 from .predict import PHASES, predict_point
 
 __all__ = ["DEFAULT_SOURCES", "SETTINGS", "INDEPENDENT", "CRITERION", "find_summaries", "setting_of",
-           "throttled_profile", "validate", "error_table", "gap_of", "criterion_table", "write_validation"]
+           "throttled_profile", "shared_profile", "validate", "error_table", "gap_of", "criterion_table", "write_validation"]
 
 REPO = Path(__file__).resolve().parents[2]
 _R = REPO / "data" / "results"
-DEFAULT_SOURCES = (_R / "bench_issue6", _R / "pfs_sweep", _R / "throttled", _R / "dilated")
-SETTINGS = ("local disk", "throttled block device", "time-dilated emulated GPFS (shares the storage model)",
-            "emulated GPFS (shares the storage model)")
+DEFAULT_SOURCES = (_R / "bench_issue6", _R / "pfs_sweep", _R / "throttled", _R / "dilated", _R / "shared")
+SETTINGS = ("local disk", "throttled block device", "shared storage target",
+            "time-dilated emulated GPFS (shares the storage model)", "emulated GPFS (shares the storage model)")
 #: Settings whose measurements the storage model did not produce.
-INDEPENDENT = ("local disk", "throttled block device")
+INDEPENDENT = ("local disk", "throttled block device", "shared storage target")
 #: Median |relative error| per variant and setting.
 CRITERION = 0.25
 
@@ -78,6 +82,8 @@ def setting_of(storage: str, path: Path) -> str:
     """The validation setting of a summary's point (see the module docstring)."""
     if storage.startswith("throttle:"):
         return "throttled block device"
+    if storage.startswith("shared:"):
+        return "shared storage target"
     if storage.startswith("pfs:"):
         if "dilated" in Path(path).parts:
             return "time-dilated emulated GPFS (shares the storage model)"
@@ -105,6 +111,27 @@ def throttled_profile(name: str, meta: dict, ranks_per_node: int):
                    read_size=1280 << 10, readahead=ra, time_scale=1.0,
                    description="throttled loop device per virtual node (lmdbio.storage.throttled)",
                    per_node_targets=True, rate_limited=True)
+
+
+def shared_profile(name: str, meta: dict, nprocs: int):
+    """A storage Profile for the shared target: one rate-limited queue that every node draws on.
+
+    From the target's own budget (``lmdbio.storage.shared``, the run's share
+    at P ranks and the sweep's time scale from its meta.json): a request
+    takes ``max(1 / read_iops, bytes / read_bps)`` on the one queue; no seeks
+    (the target serves interleaved streams as fast as one); the node
+    devices' readahead window.
+    """
+    from ..pfs.model import Profile
+    from ..storage.shared import load_shared_profile
+
+    sp = load_shared_profile(name, time_scale=_find_key(meta, "time_scale"))
+    bps, iops = sp.limits(max(1, int(nprocs)))
+    return Profile(name=f"shared:{name}", targets=1, stripe=1 << 40, latency_s=1.0 / iops,
+                   target_bw=float(bps), seek_s=0.0, node_link_bw=None, read_size=1280 << 10,
+                   readahead=int(sp.read_ahead_kb) * 1024, time_scale=1.0,
+                   description="one shared rate-limited target (lmdbio.storage.shared)",
+                   rate_limited=True)
 
 
 def _storage_of(row, meta: dict) -> tuple[str, float | None]:
@@ -159,6 +186,9 @@ def validate(summaries, platform: Platform | str = "this-machine", cal: Calibrat
             if setting == "throttled block device":
                 p = p.with_(storage=throttled_profile(str(r["storage"]).split(":", 1)[1], meta,
                                                       int(r["ranks_per_node"] or 1)))
+            elif setting == "shared storage target":
+                p = p.with_(storage=shared_profile(str(r["storage"]).split(":", 1)[1], meta,
+                                                   int(r["nprocs"])))
             elif storage != "disk" and scale is None:
                 from ..pfs.model import load_profile
                 p = p.with_(storage_time_scale=load_profile(storage).time_scale)
@@ -169,7 +199,7 @@ def validate(summaries, platform: Platform | str = "this-machine", cal: Calibrat
                          records=base.records if base else 0, batch_size=int(r["batch_size"]),
                          iterations=int(r["iters"]))
             pred = predict_point(p, w, str(r["variant"]), int(r["nprocs"]), cal,
-                                 cache=str(r["cache"]), budget=budget, warmup=int(r["warmup"]))
+                                 cache=str(r["cache"]), budget=budget)
             # The sweep times the loop only: setup (DIO's index pass) is outside it.
             predicted = pred["per_iteration_s"] * int(r["iters"])
             out.append({"setting": setting, "dataset": r["dataset_name"], "variant": r["variant"],
@@ -193,7 +223,8 @@ def validate(summaries, platform: Platform | str = "this-machine", cal: Calibrat
 
 
 def error_table(df):
-    """Median and worst |relative error| per variant and setting (and over all points).
+    """Median and worst |relative error| per setting, cache (cold, warm, and ``both``) and variant
+    (and over all points).
 
     ``median_repeat_spread`` is the median over points of (max - min) / median
     of the measured repeats: the run-to-run noise of the measurements.
@@ -212,8 +243,8 @@ def error_table(df):
     else:
         d["requests_ratio"] = d["bytes_ratio"] = float("nan")
 
-    def row(storage, variant, g):
-        r = {"storage": storage, "variant": variant, "points": len(g),
+    def row(storage, variant, g, cache="both"):
+        r = {"storage": storage, "cache": cache, "variant": variant, "points": len(g),
              "median_abs_error": float(g["abs_error"].median()),
              "worst_abs_error": float(g["abs_error"].max()),
              "median_signed_error": float(g["rel_error"].median()),
@@ -228,13 +259,14 @@ def error_table(df):
         return r
     if "setting" not in d.columns:
         d = d.assign(setting=[setting_of(str(x), Path(str(src))) for x, src in zip(d["storage"], d["source"])])
-    rows = [row(st, v, g) for (st, v), g in d.groupby(["setting", "variant"])]
+    rows = [row(st, v, g, c) for (st, c, v), g in d.groupby(["setting", "cache", "variant"])]
+    rows += [row(st, v, g) for (st, v), g in d.groupby(["setting", "variant"])]
     rows += [row("all", v, g) for v, g in d.groupby("variant")]
     t = pd.DataFrame(rows).rename(columns={"storage": "setting"})
     t["meets_criterion"] = t["median_abs_error"] <= CRITERION
     t["independent"] = t["setting"].isin(INDEPENDENT)
     order = {v: i for i, v in enumerate(VARIANTS)}
-    return t.sort_values(["setting", "variant"], key=lambda s: s.map(order) if s.name == "variant"
+    return t.sort_values(["setting", "cache", "variant"], key=lambda s: s.map(order) if s.name == "variant"
                          else s).reset_index(drop=True)
 
 
@@ -259,24 +291,26 @@ def gap_of(r: dict) -> str:
 
 
 def criterion_table(df):
-    """Per setting: the worst variant's median |error|, which variant, and what dominates its points."""
+    """Per setting and cache (cold, warm apart): the variants meeting the criterion, the worst
+    variant (largest median |error|), the worst point of any variant, and what the model predicts
+    dominates the worst variant's points."""
     import pandas as pd
 
-    t = error_table(df)
-    t = t[t["setting"] != "all"]
     d = df if "setting" in df.columns else df.assign(setting="?")
     rows = []
-    for st, g in t.groupby("setting", sort=False):
-        w = g.loc[g["median_abs_error"].idxmax()]
-        pts = d[(d["setting"] == st) & (d["variant"] == w["variant"])]
-        worst = pts.loc[pts["rel_error"].abs().idxmax()] if len(pts) else None
-        rows.append({"setting": st, "independent": st in INDEPENDENT, "variants": len(g),
-                     "variants_meeting": int(g["meets_criterion"].sum()),
+    for (st, cache), g in d.groupby(["setting", "cache"], sort=False):
+        t = error_table(g)
+        t = t[(t["setting"] != "all") & (t["cache"] == cache)]
+        w = t.loc[t["median_abs_error"].idxmax()]
+        pts = g[g["variant"] == w["variant"]]
+        worst = g.loc[g["rel_error"].abs().idxmax()]
+        rows.append({"setting": st, "cache": cache, "independent": st in INDEPENDENT,
+                     "variants": len(t), "variants_meeting": int(t["meets_criterion"].sum()),
                      "worst_variant": w["variant"], "worst_median_abs_error": w["median_abs_error"],
                      "worst_median_signed_error": w["median_signed_error"],
-                     "worst_point": (f"P={worst['nprocs']} {worst['dataset']}: measured "
-                                     f"{worst['measured_s']:.3g} s, predicted {worst['predicted_s']:.3g} s"
-                                     if worst is not None else ""),
+                     "worst_point": (f"{worst['variant']} P={worst['nprocs']} {worst['dataset']}: measured "
+                                     f"{worst['measured_s']:.3g} s, predicted {worst['predicted_s']:.3g} s "
+                                     f"({100 * worst['rel_error']:+.0f}%)"),
                      "predicted_dominant": (pts["dominant_mechanism"].mode().iloc[0] if len(pts) else "")})
     return pd.DataFrame(rows)
 
