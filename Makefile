@@ -10,7 +10,7 @@ SCALE   ?= default
 CLUSTER ?= mpi
 SLURM_DIR ?= build/slurm
 
-.PHONY: venv lock test test-fast test-slurm test-torch fuzz reproduce datasets notebooks figures strip lab bench bench-issue6 bench-issue15 bench-pfs bench-throttle bench-faulters \
+.PHONY: venv lock test test-fast test-matrix test-slurm test-torch fuzz reproduce datasets notebooks figures strip lab bench bench-issue6 bench-issue15 bench-pfs bench-throttle bench-faulters bench-shared \
 	cluster-up cluster-down clean help
 
 help:
@@ -19,6 +19,8 @@ help:
 	@echo "make test       - venv and the whole test suite (about 11 min)"
 	@echo "make test-fast  - unit and small MPI tests: no notebooks, Slurm, FUSE, throttled devices,"
 	@echo "                  fuzz campaign, torch install or tests marked slow (under 2 min)"
+	@echo "make test-matrix - every combination of Reader options against py-lmdb (about 25 min);"
+	@echo "                  writes data/results/option_matrix/summary.csv"
 	@echo "make venv       - create/update .venv: pyproject.toml's [dev] extra, pinned by constraints.txt"
 	@echo "make lock       - rewrite constraints.txt from the current .venv"
 	@echo "make test-slurm - only the tests on a local 2-node Slurm (pytest -m slurm)"
@@ -35,6 +37,7 @@ help:
 	@echo "make bench-pfs  - the cold sweep through the emulated GPFS (about 14 min)"
 	@echo "make bench-throttle - the cold sweep through throttled loop devices (root; about 15 min)"
 	@echo "make bench-faulters - K = 1..16 processes faulting one cold file on a throttled device (root; about 1 min)"
+	@echo "make bench-shared - the cold sweep on one shared throttled target, P = 4, 16, two time scales (root; about 30 min)"
 
 # Debian packages the emulated PFS (fuse3) and the dump tests (lmdb-utils) use; the Slurm
 # packages are installed by lmdbio.testing.slurm when its tests first run.
@@ -67,6 +70,11 @@ test: venv
 FAST := not slow and not notebooks and not slurm and not fuse and not throttled and not fuzz and not torch
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "$(FAST)" tests
+
+# The differential option matrix's whole cross product (lmdbio.testing.matrix; test-fast runs
+# its all-pairs sample, test a random one). Fails if any combination does.
+test-matrix: venv
+	$(BIN)/python -m lmdbio.testing.matrix full --out data/results/option_matrix
 
 # Default datasets; the experiments and notebooks read them from $(DATA)/.
 $(DATA)/cifar10/data.mdb: | venv
@@ -120,6 +128,10 @@ bench-throttle: venv
 
 bench-faulters: venv
 	$(BIN)/python -m lmdbio.storage faulters --out data/results/throttled
+
+# One shared storage target S (one blkio/io budget), a direct-I/O loop device per virtual node.
+bench-shared: venv
+	benchmarks/run_shared_sweep.sh
 
 # Issue 19: DM's speculative reads on and off (emulated GPFS, about 4 min) and the
 # time-dilated emulated GPFS at P = 4, 16, 64 (k = 1, 4, 16; about 90 min on 2 cores).
