@@ -10,7 +10,7 @@
 # Results (commit-ready, no points.csv): data/results/throttled/cifar10-cold/
 # {summary.csv, meta.json}; the full points.csv stays in build/throttle-sweep/.
 #
-# Duration on the 2-core machine: see the README ("A throttled real block
+# Duration on the 2-core machine: see docs/storage.md ("A throttled real block
 # device"); REPEATS=1 is about a third of the default.
 #
 # Usage: benchmarks/run_throttle_sweep.sh     (from the repository root, after `make venv`, as root)

@@ -34,7 +34,8 @@ the measured settings' repeats; see :func:`read_repeats` for the format.
 
 ``python -m lmdbio.claims`` writes ``data/results/claims.csv``,
 ``data/results/claims_split.csv`` (the split by optimization against the
-papers' factors) and the table between the markers in ``figures/README.md``.
+papers' factors), the table between the markers in ``figures/README.md`` and
+the claims summary between its markers in ``docs/claims.md``.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from .scales import COMMITTED_RESULTS, REPO
 __all__ = ["Claim", "CLAIMS", "claim", "SETTINGS", "SETTING_LABELS", "COLUMNS", "DETAILS", "VERDICTS",
            "FULL", "FACTOR_TOLERANCE", "NO_FACTOR", "MODEL_DIR", "REPEATS_DIR", "setting_dir", "resolve", "series",
            "direction", "band_verdict", "magnitude", "band_word", "axis_rows", "CHECKS", "read_repeats", "compare_runs",
-           "evaluate", "write", "render", "show", "readme_table", "update_readme", "rendered_blocks",
+           "evaluate", "write", "render", "show", "readme_table", "update_readme", "CLAIMS_DOC", "rendered_blocks",
            "render_validation", "render_split", "render_claims_summary",
            "SPLIT", "split_table", "write_split", "TRAINING", "main"]
 
@@ -70,6 +71,8 @@ DETAILS = ["magnitude", "band_low", "band_high", "paper_factor", "dataset", "rep
 #: Every verdict a row can have ("no data": the setting has no results).
 VERDICTS = ("yes", "no", "inconclusive", "open", "not judged by the model", "no data")
 README = REPO / "figures" / "README.md"
+#: The page whose "claims summary" block ``python -m lmdbio.claims`` rewrites beside README's table.
+CLAIMS_DOC = REPO / "docs" / "claims.md"
 MARK_START = "<!-- claims.csv: rendered by `python -m lmdbio.claims`; do not edit by hand -->"
 MARK_END = "<!-- end of claims.csv -->"
 FULL = "lmdbio-lmm-dio-prov-coal-stag"
@@ -957,7 +960,7 @@ def render_split(results_root=COMMITTED_RESULTS) -> str:
 
 
 def render_claims_summary(df: pd.DataFrame) -> str:
-    """The README's claims table: the paper's words and each setting's verdict, from claims.csv."""
+    """docs/claims.md's summary table: the paper's words and each setting's verdict, from claims.csv."""
     heads = {"local": "local disk", "gpfs": "emulated GPFS", "throttled": "throttled device",
              "model": "papers' scale (model)"}
     lines = ["| claim | the paper says | " + " | ".join(heads.get(s, s) for s in SETTINGS) + " |",
@@ -990,7 +993,7 @@ def _replace_block(text: str, name: str, body: str, where: Path, required: bool)
 
 
 def rendered_blocks(df: pd.DataFrame, results_root=COMMITTED_RESULTS) -> dict:
-    """``{marker name: rendered text}`` of every block the READMEs hold."""
+    """``{marker name: rendered text}`` of every block figures/README.md and docs/claims.md hold."""
     return {"claims.csv": render(df), "model_validation": render_validation(results_root),
             "claims_split.csv": render_split(results_root), "claims summary": render_claims_summary(df)}
 
@@ -1098,7 +1101,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lmdbio.claims",
                                 description="Judge the papers' claims C1-C8 from the results files.")
     p.add_argument("--results", default=str(COMMITTED_RESULTS), help="results root (default: data/results)")
-    p.add_argument("--readme", default=str(README), help="README whose claims table to rewrite")
+    p.add_argument("--readme", default=str(README),
+                   help="README whose claims table to rewrite (the default also rewrites docs/claims.md)")
     p.add_argument("--no-readme", action="store_true", help="only write claims.csv and claims_split.csv")
     p.add_argument("--compare", nargs=2, metavar=("FIRST", "SECOND"),
                    help="only compare two claims.csv files (two runs) and print the verdicts that differ")
@@ -1119,7 +1123,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_readme:
         update_readme(df, args.readme, args.results)
         if Path(args.readme).resolve() == README.resolve():
-            update_readme(df, REPO / "README.md", args.results, require=("claims summary",))
+            update_readme(df, CLAIMS_DOC, args.results, require=("claims summary",))
     for r in df.itertuples():
         where = f"{r.setting}:{r.dataset}" if r.setting == "model" else r.setting
         print(f"{r.claim:14s} {where:15s} {r.verdict:12s} {r.magnitude:10s} {r.measured}")

@@ -30,7 +30,7 @@ def _torch():
         import torch
     except ImportError as exc:
         raise ImportError("lmdbio.torch needs PyTorch: pip install torch "
-                          "(CPU only: --index-url https://download.pytorch.org/whl/cpu)") from exc
+                          "(CPU only: --index-url set to the PyTorch CPU wheel index from pytorch.org's install page)") from exc
     return torch
 
 

@@ -524,7 +524,7 @@ def _blocks(text: str):
         yield m.group(1), m.group(2)
 
 
-@pytest.mark.parametrize("readme", ["figures/README.md", "README.md"])
+@pytest.mark.parametrize("readme", ["figures/README.md", "docs/claims.md"])
 def test_rendered_captions_match_the_committed_results(readme):
     text = (REPO / readme).read_text()
     expected = claims.rendered_blocks(pd.read_csv(COMMITTED_RESULTS / "claims.csv"), COMMITTED_RESULTS)
@@ -546,14 +546,14 @@ def test_every_rendered_table_row_has_its_headers_cells():
 TYPED_RESULT = re.compile(r"\b\d+(?:[.,]\d+)?(?:-\d+(?:\.\d+)?)?\s*(?:x\b|%)")
 
 
-@pytest.mark.parametrize("readme", ["figures/README.md", "README.md"])
+@pytest.mark.parametrize("readme", ["figures/README.md", "docs/claims.md", "README.md"])
 def test_no_typed_factor_outside_the_rendered_blocks(readme):
     # A factor or a share typed into a caption states a result no file backs; the tables that
     # describe figures and claims must say where the number is, not the number.
     text = (REPO / readme).read_text()
     for _, body in _blocks(text):
         text = text.replace(body, "")
-    section = text if readme.startswith("figures") else text.split("## Figures and claims", 1)[1].split("\n## ", 1)[0]
+    section = text if readme != "README.md" else text.split("## What the notebooks show", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ")]
     bad = [line for line in rows if TYPED_RESULT.search(line)]
     assert not bad, f"{readme}: typed factors in table rows: {bad}"

@@ -6,10 +6,11 @@ cannot import it, into a cache outside the repository,
 ``$XDG_CACHE_HOME/lmdbio/torch-cpu`` (default ``~/.cache/lmdbio/torch-cpu``),
 reused by later runs, and runs the adapter checks under mpiexec with that
 directory on PYTHONPATH. ``LMDBIO_TORCH_FIND_LINKS=DIR`` lets pip take the
-wheel from DIR first; ``LMDBIO_TORCH_INDEX=URL`` replaces the CPU wheels'
-index (``https://pypi.org/simple`` gives PyPI's torch, which also pulls
-NVIDIA's CUDA libraries, several GB: its own wheel does not import without
-them, even on CPU).
+wheel from DIR first; ``LMDBIO_TORCH_INDEX=URL`` names the index pip installs
+it from: the PyTorch CPU wheel index (pytorch.org's install page gives it), or
+PyPI's simple index for PyPI's torch, which also pulls NVIDIA's CUDA
+libraries, several GB: its own wheel does not import without them, even on
+CPU. Without either the install is skipped, saying so.
 """
 
 import fcntl
@@ -28,7 +29,7 @@ from mpi4py import MPI
 from conftest import ROOT, run_mpi
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
-TORCH_INDEX = os.environ.get("LMDBIO_TORCH_INDEX", "https://download.pytorch.org/whl/cpu")
+TORCH_INDEX = os.environ.get("LMDBIO_TORCH_INDEX", "")
 
 
 @pytest.fixture(scope="module")
@@ -108,19 +109,26 @@ def torch_path() -> str | None:
         if done.exists():
             return str(target)
         shutil.rmtree(target, ignore_errors=True)   # a half-made one from an interrupted run
+        links = os.environ.get("LMDBIO_TORCH_FIND_LINKS")
+        if not TORCH_INDEX and not links:
+            pytest.skip("torch is not installed: set LMDBIO_TORCH_INDEX to the PyTorch CPU wheel "
+                        "index (pytorch.org's install page gives it), or to PyPI's simple index "
+                        "for PyPI's CUDA build (5.4 GB installed), or LMDBIO_TORCH_FIND_LINKS to "
+                        "a directory holding the wheel")
         cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--retries", "1",
-               "--target", str(target), "--index-url", TORCH_INDEX,
-               "-c", str(ROOT / "constraints.txt"), "torch"]
-        if os.environ.get("LMDBIO_TORCH_FIND_LINKS"):
-            cmd[4:4] = ["--find-links", os.environ["LMDBIO_TORCH_FIND_LINKS"]]
+               "--target", str(target), "-c", str(ROOT / "constraints.txt"), "torch"]
+        if TORCH_INDEX:
+            cmd[4:4] = ["--index-url", TORCH_INDEX]
+        if links:
+            cmd[4:4] = ["--find-links", links]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         if proc.returncode != 0:
             shutil.rmtree(target, ignore_errors=True)
-            why = _index_unreachable()
+            why = _index_unreachable() if TORCH_INDEX else None
             if why is not None:
                 pytest.skip(f"torch is not installed and pip cannot reach {TORCH_INDEX} ({why}); "
                             "set LMDBIO_TORCH_FIND_LINKS to a directory holding the wheel, or "
-                            "LMDBIO_TORCH_INDEX=https://pypi.org/simple for PyPI's CUDA build "
+                            "LMDBIO_TORCH_INDEX set to PyPI's simple index for PyPI's CUDA build "
                             "(5.4 GB installed)")
             pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
         done.write_text(" ".join(cmd) + "\n")

@@ -16,7 +16,7 @@ One job per module:
   recorded as ``status="failed"`` and the sweep goes on; results files.
 - :mod:`~lmdbio.bench.cli`: ``lmdbio bench``.
 
-Definitions (also in the README, "How the bench measures"):
+Definitions (also in docs/bench.md, "How the bench measures"):
 
 - **The limit (raw).** Every rank ``pread``s its own records of each batch,
   coalesced as far as the batch allows (one request per run of records that
