@@ -112,6 +112,7 @@ def _assert_every_rank_refused(proc, left, what: str):
 
 
 @needs_small_shm
+@pytest.mark.slow
 @pytest.mark.mpi
 @pytest.mark.parametrize("variant", ["lmdbio-lmm-dio", "lmdbio-lmm"])
 def test_slots_that_do_not_fit_dev_shm_are_refused_on_every_rank(imagenet_db, variant):
@@ -121,6 +122,7 @@ def test_slots_that_do_not_fit_dev_shm_are_refused_on_every_rank(imagenet_db, va
 
 
 @needs_small_shm
+@pytest.mark.slow
 @pytest.mark.mpi
 def test_dev_shm_filled_after_the_check_is_still_no_bus_error(imagenet_db):
     """Every rank's free-space check is fooled (another job fills /dev/shm right after it):
@@ -130,6 +132,7 @@ def test_dev_shm_filled_after_the_check_is_still_no_bus_error(imagenet_db):
 
 
 @needs_small_shm
+@pytest.mark.slow
 @pytest.mark.mpi
 @pytest.mark.parametrize("mode", ["plain", "stale"])
 def test_a_slot_that_cannot_grow_is_refused_on_every_rank(growing_db, mode):
@@ -154,6 +157,7 @@ def small_db(tmp_path_factory):
                         commit_every=100, seed=5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant,seconds", [("lmdb", 6), ("lmdbio-lmm-dio", 3), ("acquire", 4)])
 def test_readers_opened_while_data_mdb_is_renamed_over(small_db, tmp_path, variant, seconds):
     """A thread renames fresh honest and same-size damaged copies into place while Readers open

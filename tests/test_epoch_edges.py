@@ -15,7 +15,8 @@ from lmdbio.datasets import make_dataset
 
 from conftest import run_bounded
 
-pytestmark = pytest.mark.mpi
+# Slow: 21 MPI jobs; make test-fast's option matrix sample covers A-C.
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
 SCRIPT = "epoch_edges.py"
 
