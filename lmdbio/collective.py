@@ -224,7 +224,7 @@ def _round(comm, tag: int, value: Any, combine: Callable[[Any, Any], Any], limit
         _SENT[0] += 1
 
     def take(src: int):
-        """The next message of this round from ``src``; ("later", None) for one of a later
+        """The next message of the agreement under way from ``src``; ("later", None) for one of a later
         round (kept for it), None when there is none yet."""
         early = st.early.get((tag, src))
         while early:
@@ -241,7 +241,7 @@ def _round(comm, tag: int, value: Any, combine: Callable[[Any, Any], Any], limit
             msg = m.recv()
             if msg[0] == seq:
                 return msg[1], msg[2]
-            if msg[0] > seq:   # that rank already gave this round up and moved on
+            if msg[0] > seq:   # that rank already gave this agreement up and moved on
                 st.early.setdefault((tag, src), []).append(msg)
                 return "later", None
             # an older round's message, from a rank that came after this one gave up: dropped
