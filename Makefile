@@ -40,7 +40,7 @@ help:
 	@echo "make bench-shared - the cold sweep on one shared throttled target, P = 4, 16, two time scales (root; about 30 min)"
 
 # Debian packages the emulated PFS (fuse3) and the dump tests (lmdb-utils) use; the Slurm
-# packages are installed by lmdbio.testing.slurm when its tests first run.
+# packages are installed by lmdbio.lab.testing.slurm when its tests first run.
 SYSTEM_PACKAGES := fuse3 lmdb-utils
 
 $(STAMP): pyproject.toml constraints.txt
@@ -71,10 +71,10 @@ FAST := not slow and not notebooks and not slurm and not fuse and not throttled 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "$(FAST)" tests
 
-# The differential option matrix's whole cross product (lmdbio.testing.matrix; test-fast runs
+# The differential option matrix's whole cross product (lmdbio.lab.testing.matrix; test-fast runs
 # its all-pairs sample, test a random one). Fails if any combination does.
 test-matrix: venv
-	$(BIN)/python -m lmdbio.testing.matrix full --out data/results/option_matrix
+	$(BIN)/python -m lmdbio.lab.testing.matrix full --out data/results/option_matrix
 
 # Default datasets; the experiments and notebooks read them from $(DATA)/.
 $(DATA)/cifar10/data.mdb: | venv
@@ -92,18 +92,18 @@ reproduce: venv datasets
 	$(LMDBIO) model calibrate --out data/results/model_calibration --quiet
 	$(LMDBIO) model predict --platform bebop --out data/results/model_prediction
 	$(LMDBIO) model absolute --platform bebop --out data/results/model_prediction/absolute.csv
-	$(BIN)/python -m lmdbio.notebook_runner --scale $(SCALE) --cluster $(CLUSTER) --model-ready --out build/notebooks
-	$(BIN)/python -m lmdbio.claims
+	$(BIN)/python -m lmdbio.lab.notebook_runner --scale $(SCALE) --cluster $(CLUSTER) --model-ready --out build/notebooks
+	$(BIN)/python -m lmdbio.lab.claims
 
 # Replot every figure from the committed results (RUN=False), no MPI.
 figures: venv
-	$(BIN)/python -m lmdbio.notebook_runner --replot --jobs 2 --out build/figures-notebooks
-	$(BIN)/python -m lmdbio.claims
+	$(BIN)/python -m lmdbio.lab.notebook_runner --replot --jobs 2 --out build/figures-notebooks
+	$(BIN)/python -m lmdbio.lab.claims
 
 # The notebooks are the source, committed stripped (nbstripout, with lmdbio's settings):
 # run this before committing an edited one.
 strip: venv
-	$(BIN)/python -m lmdbio.notebook_runner --strip
+	$(BIN)/python -m lmdbio.lab.notebook_runner --strip
 
 lab: venv
 	$(BIN)/jupyter lab notebooks/
@@ -122,12 +122,12 @@ bench-issue15: venv
 bench-pfs: venv
 	benchmarks/run_pfs_sweep.sh
 
-# Throttled real block devices (lmdbio.storage; root, loop devices, blkio/io cgroups).
+# Throttled real block devices (lmdbio.lab.storage; root, loop devices, blkio/io cgroups).
 bench-throttle: venv
 	benchmarks/run_throttle_sweep.sh
 
 bench-faulters: venv
-	$(BIN)/python -m lmdbio.storage faulters --out data/results/throttled
+	$(BIN)/python -m lmdbio.lab.storage faulters --out data/results/throttled
 
 # One shared storage target S (one blkio/io budget), a direct-I/O loop device per virtual node.
 bench-shared: venv
@@ -155,10 +155,10 @@ fuzz: venv
 # A 2-node Slurm on this host (root: installs slurm-wlm and munge if missing).
 # Then: export SLURM_CONF=$$PWD/$(SLURM_DIR)/slurm.conf; make reproduce CLUSTER=slurm SCALE=tiny
 cluster-up: venv
-	$(BIN)/python -m lmdbio.testing.slurm up --dir $(SLURM_DIR)
+	$(BIN)/python -m lmdbio.lab.testing.slurm up --dir $(SLURM_DIR)
 
 cluster-down: venv
-	$(BIN)/python -m lmdbio.testing.slurm down --dir $(SLURM_DIR)
+	$(BIN)/python -m lmdbio.lab.testing.slurm down --dir $(SLURM_DIR)
 
 clean:
 	rm -rf build .pytest_cache

@@ -72,7 +72,7 @@ with lmdbio.Reader(db, batch, comm, variant=variant, measure=False) as r:
              "protobuf": lambda: protobuf_loop(r.read_batch())}
     pipe = None
     if "dali" in series:
-        from lmdbio.bench.dali import DaliCaffe
+        from lmdbio.lab.bench.dali import DaliCaffe
 
         pipe = DaliCaffe(comm, db, batch, threads=threads)
         steps["dali"] = pipe.read_images

@@ -98,9 +98,9 @@ def main(argv=None) -> int:
         plot(pd.read_csv(out / "faults.csv"), pd.read_csv(out / "runs.csv"), a, Path(a.figure))
         return 0
 
-    from lmdbio.pfs import mount as pfs
-    from lmdbio.cluster import mpiexec
-    from lmdbio.experiments import pfs_unavailable
+    from lmdbio.lab.pfs import mount as pfs
+    from lmdbio.lab.cluster import mpiexec
+    from lmdbio.lab.experiments import pfs_unavailable
     from lmdbio.metrics import results_meta
 
     why = pfs_unavailable()

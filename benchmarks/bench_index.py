@@ -22,7 +22,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lmdbio.index import build_index  # noqa: E402
+from lmdbio.recordindex import build_index  # noqa: E402
 from lmdbio.metrics import evict  # noqa: E402
 from lmdbio.provenance import (arithmetic_offsets, load_provenance, sidecar_path,  # noqa: E402
                                write_provenance)

@@ -32,7 +32,7 @@ from mpi4py import MPI
 
 import lmdbio
 from lmdbio import datum
-from lmdbio.bench.dali import DaliCaffe
+from lmdbio.lab.bench.dali import DaliCaffe
 
 db = sys.argv[1]
 iters = int(sys.argv[2]) if len(sys.argv) > 2 else 20

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from lmdbio.metrics import evict as evict_file
-from lmdbio.pfs import mounted
+from lmdbio.lab.pfs import mounted
 
 CHUNK = 4 << 20
 _TICK = os.sysconf("SC_CLK_TCK")

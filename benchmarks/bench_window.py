@@ -11,7 +11,7 @@ windows); shuffle="shard" (each rank a contiguous slice of every window: node re
 stage). ``--file-coal BYTES`` adds "file order, COAL BYTES" (file order with COAL's target
 request size at BYTES: does a larger chunk alone close a gap to the shuffled series?). Series are
 interleaved per repeat. Without
-``--from-start`` each point is :func:`lmdbio.beyond.epoch_rate` (notebook 12's: epoch 1's first
+``--from-start`` each point is :func:`lmdbio.lab.beyond.epoch_rate` (notebook 12's: epoch 1's first
 chunk is read untimed, which with the window stage also reads the first window untimed); with
 it the clock starts before epoch 1 starts, so every window read is timed (use ITERS a multiple
 of the window's batches).
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from lmdbio import beyond
+from lmdbio.lab import beyond
 
 
 def run(comm, points):
@@ -42,8 +42,8 @@ def run(comm, points):
 if __name__ == "__main__":
     import pandas as pd
 
-    from lmdbio.cluster import MPICluster
-    from lmdbio.experiments import emulated_pfs
+    from lmdbio.lab.cluster import MPICluster
+    from lmdbio.lab.experiments import emulated_pfs
 
     import bench_window   # the engines import the point functions from this module
 

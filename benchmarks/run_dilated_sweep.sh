@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 19 (part 3): time-dilated emulated GPFS up to P = 64.
-# The emulated GPFS of 2017 (lmdbio.pfs, profile gpfs-2017) with its storage
+# The emulated GPFS of 2017 (lmdbio.lab.pfs, profile gpfs-2017) with its storage
 # time stretched k times (LMDBIO_PFS_TIME_SCALE = k: latency and seek x k,
 # bandwidths / k; every storage ratio kept), so that this 2-core machine's
 # CPU shrinks relative to the I/O. For each k in TIME_SCALES, the papers'
@@ -33,7 +33,7 @@ PROFILE=${PROFILE:-gpfs-2017}
 RANKS_PER_NODE=${RANKS_PER_NODE:-4}
 ITERS=${ITERS:-24}
 
-why=$("$BIN/python" -c "from lmdbio.experiments import pfs_unavailable as u; print(u() or '')")
+why=$("$BIN/python" -c "from lmdbio.lab.experiments import pfs_unavailable as u; print(u() or '')")
 if [ -n "$why" ]; then
     echo "run_dilated_sweep.sh: skipped: $why" >&2
     exit 0

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue #10 sweep: the papers' seven variants (plus the raw-read limit and the
 # lmdb / lmdb-get baselines that bench always adds), cold page cache, read
-# through the emulated GPFS of 2017 (lmdbio.pfs, profile gpfs-2017), with
+# through the emulated GPFS of 2017 (lmdbio.lab.pfs, profile gpfs-2017), with
 # P = 1, 4, 16 ranks on virtual nodes of 4 ranks (each node its own FUSE view
 # and page cache, all nodes sharing the emulated targets), cifar10 (60,000
 # records of 3 KB) and imagenet (2,000 records of 196 KB), global batch 256,

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Issue 29 sweep: the papers' seven variants (plus the raw-read limit and the
 # lmdb / lmdb-get baselines that bench always adds), cold page cache, read
-# through ONE shared storage target (lmdbio.storage.shared, profile
+# through ONE shared storage target (lmdbio.lab.storage.shared, profile
 # gpfs-2017): the dataset sits in a node image on loop device S, S carries
 # one blkio (v1) or io (v2) read budget, and each virtual node of 4 ranks
 # reads S through a direct-I/O loop device of its own (a private page cache).
 # Each point sets S's budget to its P ranks' share of one GPFS file system
 # (23 GB/s and 65K requests/s over the 256 nodes of the papers' largest
-# run; see lmdbio/pfs/shared_profiles.toml) divided by the time scale k.
+# run; see lmdbio/lab/pfs/shared_profiles.toml) divided by the time scale k.
 # cifar10 (60,000 records of 3 KB), global batch 256, 3 interleaved repeats.
 #
 # Two runs: k = K_MAIN at every P in PROCS, and k = K_CHECK at P = CHECK_PROCS,
@@ -42,7 +42,7 @@ ITERS=${ITERS:-64}      # timed: 4 of COAL's 16-batch chunks at P = 16; cold nee
                         # (warmup + iters + 64) * 256 <= 60,000 records
 RECORDS=${RECORDS:-60000}
 
-why=$("$BIN/python" -c "from lmdbio.storage.shared import shared_available as a; ok, why = a(); print('' if ok else why)")
+why=$("$BIN/python" -c "from lmdbio.lab.storage.shared import shared_available as a; ok, why = a(); print('' if ok else why)")
 if [ -n "$why" ]; then
     echo "run_shared_sweep.sh: skipped: $why" >&2
     exit 0
@@ -62,7 +62,7 @@ run() {   # run K PROCS
         --timeout 600 --quiet --out "$WORK/$name"
     mkdir -p "$OUT/$name"
     cp "$WORK/$name/summary.csv" "$WORK/$name/meta.json" "$OUT/$name/"
-    "$BIN/python" -c "import sys; from lmdbio.bench.storage import s_counter_table as t; \
+    "$BIN/python" -c "import sys; from lmdbio.lab.bench.settings import s_counter_table as t; \
 t(sys.argv[1]).to_csv(sys.argv[2], index=False)" "$WORK/$name/points.csv" "$OUT/$name/s_counters.csv"
     "$BIN/lmdbio" bench --report "$OUT/$name" > "$OUT/$name/report.txt"
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 19 (part 2) sweep: the papers' seven variants (plus the raw-read limit
 # and the lmdb / lmdb-get baselines that bench always adds), cold page cache,
-# read through throttled real block devices (lmdbio.storage, profile
+# read through throttled real block devices (lmdbio.lab.storage, profile
 # gpfs-2017: one read-only loop device and one blkio cgroup per virtual node
 # of 4 ranks, each node 1/9 of a 2017 GPFS client's budget at time scale 4:
 # 27.8 MB/s and 222 requests/s), P = 1, 4, 16, cifar10 (60,000 records of
@@ -32,7 +32,7 @@ ITERS=${ITERS:-160}     # cold: each record read once, (1 + iters + 64) * 256 <=
                         # too short at P = 16 (DIO +25%, raw -35% in the first ~40 batches)
 RECORDS=${RECORDS:-60000}
 
-why=$("$BIN/python" -c "from lmdbio.storage import throttle_available as a; ok, why = a(); print('' if ok else why)")
+why=$("$BIN/python" -c "from lmdbio.lab.storage import throttle_available as a; ok, why = a(); print('' if ok else why)")
 if [ -n "$why" ]; then
     echo "run_throttle_sweep.sh: skipped: $why" >&2
     exit 0

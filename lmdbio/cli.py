@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
+from importlib.metadata import entry_points
 import json
 import os
 import sys
@@ -57,6 +57,29 @@ def _cmd_index(args) -> int:
     return 0
 
 
+#: Entry-point group through which other packages add subcommands: each entry point is a
+#: function ``add_parser(subparsers)``. The lab (``lmdbio.lab``) adds ``bench``, ``pfs`` and
+#: ``model`` this way, so the library never imports it.
+COMMANDS_GROUP = "lmdbio.commands"
+
+
+def _add_plugin_commands(sub) -> None:
+    for ep in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        try:
+            add = ep.load()
+        except ImportError as exc:   # the lab's packages are not installed
+            missing = exc.name or str(exc)
+            p = sub.add_parser(ep.name, help=f"needs pip install 'lmdbio[lab]' ({missing} is missing)")
+            p.set_defaults(func=lambda args, n=ep.name, m=missing: _missing_lab(n, m))
+            continue
+        add(sub)
+
+
+def _missing_lab(name: str, missing: str) -> int:
+    raise LmdbioError(f"`lmdbio {name}` is part of the reproduction lab, whose packages are not "
+                      f"installed ({missing} is missing): pip install 'lmdbio[lab]'")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lmdbio", description="Parallel LMDB reading for deep learning (LMDBIO reproduction).")
@@ -91,18 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "file and stamp it in the cache, so readers skip that check later")
     p.set_defaults(func=_cmd_index)
 
-    if importlib.util.find_spec("lmdbio.bench") is not None:
-        from .bench import add_bench_parser
-
-        add_bench_parser(sub)
-
-    from .pfs.cli import add_pfs_parser  # emulated parallel file system (issue 10)
-
-    add_pfs_parser(sub)
-
-    from .model.cli import add_model_parser  # the calibrated scale model (issue 11)
-
-    add_model_parser(sub)
+    _add_plugin_commands(sub)
     return parser
 
 
@@ -130,6 +142,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         msg = " ".join(str(exc).split()) or type(exc).__name__
         print(f"lmdbio: error: {msg}", file=sys.stderr)
+        return 1
+    except ImportError as exc:   # a lab command without the lab's packages
+        if args.debug:
+            raise
+        print(f"lmdbio: error: {exc}: `lmdbio {args.command}` needs the reproduction lab's "
+              "packages: pip install 'lmdbio[lab]'", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("lmdbio: error: interrupted", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Inspecting an LMDB file with our own parser: ``lmdbio info`` and ``lmdbio dump``.
 
-Kept apart from :mod:`lmdbio.index` so the index does not depend on the
+Kept apart from :mod:`lmdbio.recordindex` so the index does not depend on the
 provenance module (provenance builds on the index, inspection on both).
 """
 
@@ -13,7 +13,7 @@ import numpy as np
 
 from . import format as fmt
 from .errors import LmdbFormatError
-from .index import build_index
+from .recordindex import build_index
 from .provenance import provenance_status
 
 __all__ = ["describe", "dump"]

@@ -152,7 +152,7 @@ def acquire(path, *, max_readers: int = 126, check=None, tries: int = 5) -> EnvH
         path: LMDB directory or data.mdb file.
         max_readers: LMDB's reader table size (a new Environment only).
         check: a tree check, called as ``check(real_path, fd=fd)`` on the file
-            LMDB mapped before this returns (:func:`lmdbio.index.check_tree`, passed
+            LMDB mapped before this returns (:func:`lmdbio.recordindex.check_tree`, passed
             in so this module needs nothing from the index), as every caller that
             lets LMDB's C code move a cursor must: it asserts (kills the process)
             on some damaged pages. None: no check.

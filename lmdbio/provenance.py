@@ -12,7 +12,7 @@ What makes a sidecar trustworthy is :meth:`Provenance.verify_share`: the
 leaf pages and branch pages of the file itself must agree with every extent
 it gives. Ranks split that check (:func:`verify_shares`), each reading a
 share of the leaf pages; together they prove the sidecar equals the record
-index (:func:`lmdbio.index.build_index`). A passed check is stamped in the
+index (:func:`lmdbio.recordindex.build_index`). A passed check is stamped in the
 user's cache (:mod:`lmdbio.verified`), so it is paid once per version of the
 file and sidecar, not at every open (:func:`verify_provenance` pays it ahead).
 
@@ -297,7 +297,7 @@ class Provenance:
     def _check_leaves(self, fd: int, meta: fmt.MetaInfo, kb: np.ndarray, offs: np.ndarray,
                       sizes: np.ndarray) -> tuple[int, str] | None:
         """Leaves ``kb`` (ascending pages) against the sidecar: the first bad record, or None."""
-        from .index import _pread_pages
+        from .recordindex import _pread_pages
 
         ps, hdr = meta.psize, meta.header_size
         pg = self.leaf_pgnos[kb].astype(np.int64)
@@ -469,7 +469,7 @@ def _encode_sizes(sizes: np.ndarray) -> tuple[int, np.ndarray, np.ndarray, np.nd
 
 
 def from_index(index) -> Provenance:
-    """A Provenance of a :class:`~lmdbio.index.RecordIndex`."""
+    """A Provenance of a :class:`~lmdbio.recordindex.RecordIndex`."""
     m = index.meta
     start, base, stride = encode_runs(index.offsets.astype(np.int64))
     const, srs, srv, sarr = _encode_sizes(index.sizes)
@@ -481,7 +481,7 @@ def from_index(index) -> Provenance:
 
 def write_provenance(path) -> Path:
     """Index the LMDB at ``path`` and write (or refresh) its sidecar; returns the sidecar path."""
-    from .index import build_index
+    from .recordindex import build_index
 
     index = build_index(path)
     prov = from_index(index)
@@ -520,10 +520,10 @@ def load_provenance(path, *, check_stale: bool = True) -> Provenance:
 def _tree_leaves(fd: int, meta: fmt.MetaInfo) -> tuple[np.ndarray, int]:
     """The main DB's leaf pages in key order from its branch pages alone; and pages read.
 
-    Bounded like :func:`lmdbio.index.build_index`'s walk (the meta's page
+    Bounded like :func:`lmdbio.recordindex.build_index`'s walk (the meta's page
     counts), so a damaged tree is one LmdbFormatError, never a hang.
     """
-    from .index import _pread_pages
+    from .recordindex import _pread_pages
 
     if meta.root is None:
         return np.zeros(0, np.int64), 0

@@ -1,7 +1,7 @@
 """Verified stamps: a whole-file check paid once per file version, not at every open.
 
 Two checks read every branch and leaf page of a data.mdb: the tree walk
-before LMDB's C code is handed a file (:func:`lmdbio.index.check_tree`, kind
+before LMDB's C code is handed a file (:func:`lmdbio.recordindex.check_tree`, kind
 ``"tree"``) and PROV's full sidecar check (:func:`lmdbio.provenance.verify_shares`,
 kind ``"prov"``). On a slow file system each costs about an index pass, which
 Caffe's reader never pays. After one passes, a stamp goes to the user's cache

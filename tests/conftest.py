@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lmdbio.cluster import mpiexec
+from lmdbio.lab.cluster import mpiexec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -152,7 +152,7 @@ def _no_leftover_mpich_segments():
     shared-memory segments. Only segments new since the session started and
     mapped by no live process are removed.
     """
-    from lmdbio.cluster import mpich_segments, remove_orphan_segments
+    from lmdbio.lab.cluster import mpich_segments, remove_orphan_segments
 
     before = mpich_segments()
     yield

@@ -107,7 +107,7 @@ def layout(path) -> dict:
     page), branch, leaf (page numbers), overflow (first pages of overflow values).
     """
     from lmdbio import format as fmt
-    from lmdbio.index import build_index
+    from lmdbio.recordindex import build_index
 
     idx = build_index(path)
     m = idx.meta

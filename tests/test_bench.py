@@ -9,9 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lmdbio import bench, metrics
+from lmdbio import metrics
+from lmdbio.lab import bench
 from lmdbio.errors import LmdbioError
-from lmdbio.emulation import (COMPUTE_PRESETS, MODEL_PRESETS, TrainingEmulator,
+from lmdbio.lab.emulation import (COMPUTE_PRESETS, MODEL_PRESETS, TrainingEmulator,
                               parse_compute_time, parse_model_bytes)
 
 VARIANT = "lmdbio-lmm-dio"
@@ -133,7 +134,7 @@ def test_training_emulator_sleeps_per_sample_and_reports_its_parts(monkeypatch):
     """step(n) sleeps compute_time * n (on a fake clock) and returns (compute, comm) seconds."""
     from mpi4py import MPI
 
-    from lmdbio import emulation
+    from lmdbio.lab import emulation
 
     clock, slept = [100.0], []
 
@@ -218,7 +219,7 @@ def test_failing_point_is_reported_and_sweep_continues(db, tmp_path):
     bad_variant = dict(ok[0], variant="lmdbio-does-not-exist")
     gone = dict(ok[0], dataset=str(tmp_path / "vanished"))
     out = tmp_path / "res"
-    from lmdbio.cluster import mpich_segments
+    from lmdbio.lab.cluster import mpich_segments
 
     segments = mpich_segments()
     s = bench.run_sweep([bad_variant, gone] + ok, out, timeout=120, progress=False)
@@ -282,7 +283,7 @@ def _synthetic_summary(values: dict[str, list[float]], **point) -> pd.DataFrame:
 
 
 def test_speedup_is_one_ratio_of_medians_everywhere():
-    from lmdbio import tables
+    from lmdbio.lab import tables
 
     s = _synthetic_summary({"lmdb": [1.0, 2.0, 10.0], "lmdbio-lmm": [3.0, 4.0, 100.0],
                             bench.RAW: [8.0, 8.0, 8.0]})
@@ -367,7 +368,7 @@ def test_cold_point_is_cold_from_setup_and_starts_on_a_chunk(db, comm):
 
 
 def test_storage_spec_parsing():
-    from lmdbio.bench.storage import Storage, parse_storage
+    from lmdbio.lab.bench.settings import Storage, parse_storage
 
     assert parse_storage("local") == ("local", None)
     assert parse_storage("pfs:gpfs-2017") == ("pfs", "gpfs-2017")
@@ -381,7 +382,7 @@ def test_storage_spec_parsing():
 
 
 def _need_fuse():
-    from lmdbio.pfs.mount import FuseUnavailable, check_fuse
+    from lmdbio.lab.pfs.mount import FuseUnavailable, check_fuse
 
     try:
         check_fuse()

@@ -1,4 +1,4 @@
-"""lmdbio.beyond (notebook 12's experiments): the epoch check counts from the file's keys, the
+"""lmdbio.lab.beyond (notebook 12's experiments): the epoch check counts from the file's keys, the
 timed experiments return their rows, and the targets are judged by claims.direction."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from mpi4py import MPI
 
-from lmdbio import beyond, claims
+from lmdbio.lab import beyond, claims
 
 COMM = MPI.COMM_SELF
 N, B = 203, 24   # 203 = 8 * 24 + 11: every policy has a last batch to cut

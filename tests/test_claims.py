@@ -1,4 +1,4 @@
-"""lmdbio.claims: each claim's quantity and verdict from small synthetic results folders.
+"""lmdbio.lab.claims: each claim's quantity and verdict from small synthetic results folders.
 
 The folders look like the committed ones (``data/results/NN_name/``, ``gpfs/``,
 ``model_prediction/``) but hold only the columns the claims read.
@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lmdbio import claims
-from lmdbio.claims import CLAIMS, COLUMNS, SETTINGS
-from lmdbio.scales import COMMITTED_RESULTS, REPO
+from lmdbio.lab import claims
+from lmdbio.lab.claims import CLAIMS, COLUMNS, SETTINGS
+from lmdbio.lab.scales import COMMITTED_RESULTS, REPO
 
 BY_ID = {c.id: c for c in CLAIMS}
 DIO, PROV, COAL, FULL = ("lmdbio-lmm-dio", "lmdbio-lmm-dio-prov", "lmdbio-lmm-dio-prov-coal",
@@ -466,14 +466,14 @@ def test_update_readme_without_markers_raises(tmp_path):
 def test_readme_table_matches_claims_csv():
     csv = COMMITTED_RESULTS / "claims.csv"
     if not csv.exists():
-        pytest.skip("data/results/claims.csv not written yet (run `python -m lmdbio.claims`)")
+        pytest.skip("data/results/claims.csv not written yet (run `python -m lmdbio.lab.claims`)")
     table = claims.readme_table(pd.read_csv(csv))
     text = (REPO / "figures" / "README.md").read_text()
     assert claims.MARK_START in text and claims.MARK_END in text, (
         "figures/README.md has no claims table markers: add the two lines of claims.MARK_START and "
-        "claims.MARK_END where the table goes, then run `python -m lmdbio.claims`")
+        "claims.MARK_END where the table goes, then run `python -m lmdbio.lab.claims`")
     assert table in text, ("figures/README.md's claims table differs from data/results/claims.csv: "
-                           "run `python -m lmdbio.claims` and commit both")
+                           "run `python -m lmdbio.lab.claims` and commit both")
 
 
 def test_committed_verdicts_are_in_the_defined_set():
@@ -496,8 +496,8 @@ def test_committed_verdicts_are_in_the_defined_set():
 
 
 def test_settings_results_falls_back_to_the_committed_copy_and_says_so(tmp_path, capsys):
-    from lmdbio.experiments import settings_results
-    from lmdbio.scales import COMMITTED_RESULTS
+    from lmdbio.lab.experiments import settings_results
+    from lmdbio.lab.scales import COMMITTED_RESULTS
 
     here = tmp_path / "03_lmm"
     assert settings_results(here, "gpfs", ran=False) == COMMITTED_RESULTS / "03_lmm" / "gpfs"
@@ -519,7 +519,7 @@ def test_unknown_claim_names_the_claims():
 
 def _blocks(text: str):
     """(name, body) of every rendered block in ``text``."""
-    for m in re.finditer(r"<!-- (.+?): rendered by `python -m lmdbio.claims`; do not edit by hand -->\n"
+    for m in re.finditer(r"<!-- (.+?): rendered by `python -m lmdbio.lab.claims`; do not edit by hand -->\n"
                          r"(.*?)\n<!-- end of \1 -->", text, flags=re.S):
         yield m.group(1), m.group(2)
 
@@ -532,7 +532,7 @@ def test_rendered_captions_match_the_committed_results(readme):
     assert found, f"{readme} has no rendered blocks"
     for name, body in found.items():
         assert body == expected[name], (f"{readme}: the {name!r} block differs from the committed results: "
-                                        "run `python -m lmdbio.claims` and commit both")
+                                        "run `python -m lmdbio.lab.claims` and commit both")
 
 
 def test_every_rendered_table_row_has_its_headers_cells():

@@ -115,7 +115,7 @@ def test_cli_on_dev_null_says_character_device(cmd):
 # (the interpreter itself may live where nobody may not look).
 CHILD = """
 import os, sys
-import lmdbio.cli, lmdbio.format, lmdbio.index, lmdbio.info, lmdbio.provenance
+import lmdbio.cli, lmdbio.format, lmdbio.recordindex, lmdbio.info, lmdbio.provenance
 lmdbio.cli.build_parser()
 if os.geteuid() == 0:
     os.setgroups([]); os.setgid({uid}); os.setuid({uid})

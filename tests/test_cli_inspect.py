@@ -13,7 +13,7 @@ import pytest
 
 from corrupt_helpers import ensure_mdb_tools, lmdb_items, make_db
 from lmdbio.cli import main
-from lmdbio.index import build_index
+from lmdbio.recordindex import build_index
 from lmdbio.info import dump
 
 

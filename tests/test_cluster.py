@@ -1,4 +1,4 @@
-"""lmdbio.cluster: Slurm settings without Slurm; a real local cluster of MPI engines."""
+"""lmdbio.lab.cluster: Slurm settings without Slurm; a real local cluster of MPI engines."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lmdbio import cluster as C
-from lmdbio import experiments as E
+from lmdbio.lab import cluster as C
+from lmdbio.lab import experiments as E
 from lmdbio.errors import ConfigurationError, LmdbioError
 
 
@@ -45,8 +45,8 @@ def test_slurm_settings_rejects_unknown_keys(tmp_path):
 
 def _engine_script(settings: dict, n: int, tmp_path) -> str:
     """The engines' batch script as ipyparallel writes it from :func:`slurm_config`."""
-    from lmdbio.cluster.launcher import MPISlurmEngineSetLauncher
-    from lmdbio.cluster.slurm import slurm_config
+    from lmdbio.lab.cluster.launcher import MPISlurmEngineSetLauncher
+    from lmdbio.lab.cluster.slurm import slurm_config
 
     cfg = slurm_config(settings, n=n)
     cfg.SlurmEngineSetLauncher.batch_file_name = str(tmp_path / "engines.sbatch")
@@ -58,7 +58,7 @@ def _engine_script(settings: dict, n: int, tmp_path) -> str:
 
 def test_slurm_options_are_ipyparallels_own():
     """Account, partition, time limit and QoS go to ipyparallel's launcher options, both launchers."""
-    from lmdbio.cluster.slurm import slurm_config
+    from lmdbio.lab.cluster.slurm import slurm_config
 
     cfg = slurm_config({"account": "p", "partition": "q", "time_limit": "01:00:00", "qos": "hi",
                         "options": [], "setup": []})
@@ -118,7 +118,7 @@ def test_a_launchers_log_is_shortened_to_one_line(capsys):
     import logging
     import sys
 
-    from lmdbio.cluster.mpicluster import _one_line_output
+    from lmdbio.lab.cluster.mpicluster import _one_line_output
 
     log = logging.getLogger("lmdbio-test-launcher-output")
     log.handlers, log.propagate = [logging.StreamHandler(sys.stdout)], False
@@ -271,7 +271,7 @@ def _gone(pids, wait: float = 60.0) -> list[int]:
 
 
 def _watchdogs(targets) -> list[int]:
-    """Pids of the watchdog processes (``lmdbio.cluster.watchdog watch``) watching ``targets``."""
+    """Pids of the watchdog processes (``lmdbio.lab.cluster.watchdog watch``) watching ``targets``."""
     want = {f"--target={t}".encode() for t in targets}
     found = []
     for proc in Path("/proc").iterdir():
@@ -279,7 +279,7 @@ def _watchdogs(targets) -> list[int]:
             args = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
         except OSError:  # ended meanwhile
             continue
-        if b"lmdbio.cluster.watchdog" in args and want & set(args):
+        if b"lmdbio.lab.cluster.watchdog" in args and want & set(args):
             found.append(int(proc.name))
     return found
 
@@ -328,9 +328,9 @@ def test_hung_ranks_stop_the_cluster_and_leave_no_segment():
 
 CLIENT = """
 import json, sys, time
-from lmdbio import cluster as C
+from lmdbio.lab import cluster as C
 c = C.MPICluster(n=2, work_dir=sys.argv[1]).start()
-c.run(__import__("lmdbio.experiments").experiments.check_shared_memory, 2)
+c.run(__import__("lmdbio.lab.experiments").experiments.check_shared_memory, 2)
 files = sorted(set().union(*(C.shm_files(p["pid"]) for p in c.processes)))
 print(json.dumps({"engines": [p["pid"] for p in c.processes],
                   "controller": c.cluster.controller.process.pid, "shm": files}), flush=True)
@@ -373,7 +373,7 @@ def test_finished_error_looks_again_at_a_reply_not_ready_yet():
 
     from ipyparallel.error import RemoteError
 
-    from lmdbio.cluster.mpicluster import MPICluster
+    from lmdbio.lab.cluster.mpicluster import MPICluster
 
     class Reply:
         def __init__(self, exc):

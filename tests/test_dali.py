@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lmdbio import datum
-from lmdbio.bench import dali as peer
+from lmdbio.lab.bench import dali as peer
 from lmdbio.errors import ConfigurationError
 
 HAVE_DALI = importlib.util.find_spec("nvidia") is not None and \
@@ -74,7 +74,7 @@ def test_lmdb_10_files_are_refused_with_the_reason(datasets):
 def test_bench_point_runs_dali_caffe(datasets):
     from mpi4py import MPI
 
-    from lmdbio import bench
+    from lmdbio.lab import bench
 
     assert peer.DALI_CAFFE in bench.variant_names()
     rows = bench.run_point(MPI.COMM_SELF, datasets["cifar10"], peer.DALI_CAFFE, batch_size=32,

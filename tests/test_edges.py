@@ -27,7 +27,7 @@ from conftest import MPI_SCRIPTS, ROOT
 from lmdbio import format as fmt
 from lmdbio import verified
 from lmdbio.cli import main
-from lmdbio.cluster import mpiexec
+from lmdbio.lab.cluster import mpiexec
 from lmdbio.datasets import make_dataset
 from lmdbio.errors import (ConfigurationError, LmdbFormatError, LmdbioError,
                            StaleProvenanceError)
@@ -347,7 +347,7 @@ def test_no_builtin_argument_errors_in_user_facing_modules():
     """Code a user's arguments reach raises ConfigurationError, never a bare ValueError or
     TypeError (``except LmdbioError`` must catch every error of ours)."""
     modules = ["options.py", "shuffle.py", "topology.py", "pipeline/epoch.py",
-               "pipeline/prefetch.py", "datasets.py", "index.py", "verified.py", "format.py",
+               "pipeline/prefetch.py", "datasets.py", "recordindex.py", "verified.py", "format.py",
                "lmdbenv.py"]
     for name in modules:
         text = (ROOT / "lmdbio" / name).read_text()

@@ -12,7 +12,7 @@ import pytest
 from corrupt_helpers import HDR, copy_db, lmdb_items, make_db, patch, read_at
 from lmdbio import format as fmt
 from lmdbio.errors import LmdbFormatError, LmdbioError
-from lmdbio.index import build_index
+from lmdbio.recordindex import build_index
 from lmdbio.info import dump
 
 PS = 4096

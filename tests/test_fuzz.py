@@ -133,7 +133,7 @@ def check_dir(casedir: Path, entries: int, build_prov: bool = False):
 
     import lmdbio
     from lmdbio.errors import LmdbioError
-    from lmdbio.index import build_index
+    from lmdbio.recordindex import build_index
     from lmdbio.info import describe, dump
 
     steps, bad, messages = {}, [], {}
@@ -470,7 +470,7 @@ def test_harness_pins_crashes_and_hangs_on_their_case(tmp_path):
 def test_cli_dump_and_info_of_a_damaged_file(tmp_path):
     """The real command: a zeroed leaf gives one `lmdbio: error:` line naming the file, status 1."""
     from corrupt_helpers import copy_db, patch
-    from lmdbio.index import build_index
+    from lmdbio.recordindex import build_index
 
     items = [(b"%06d" % i, b"v" * 200) for i in range(400)]
     src = make_db(tmp_path / "src", items)

@@ -81,7 +81,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_no_import_cycle_in_lmdbio():
     graph = import_graph(PKG)
-    assert "lmdbio.reader" in graph and "lmdbio.format" in graph["lmdbio.index"]
+    assert "lmdbio.reader" in graph and "lmdbio.format" in graph["lmdbio.recordindex"]
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
@@ -111,3 +111,95 @@ def test_edges_point_at_modules(tmp_path, line, target):
         (pkg / f).write_text("")
     (pkg / "sub" / "c.py").write_text(line + "\n")
     assert target in import_graph(pkg)["pkg.sub.c"]
+
+
+# ---------------------------------------------------------------- the library and the lab
+#: The lab: everything that measures, models and explains the reader (``lmdbio[lab]``).
+LAB = "lmdbio.lab"
+
+
+def reverse_imports(graph: dict[str, set[str]], lab: str = LAB) -> list[tuple[str, str]]:
+    """``(library module, lab module)`` for every import from the library into the lab."""
+    inside = lambda m: m == lab or m.startswith(lab + ".")   # noqa: E731
+    return sorted((m, t) for m, targets in graph.items() if not inside(m)
+                  for t in targets if inside(t))
+
+
+def test_the_library_imports_nothing_from_the_lab():
+    graph = import_graph(PKG)
+    assert any(m.startswith(LAB + ".") for m in graph) and "lmdbio.reader" in graph
+    bad = reverse_imports(graph)
+    assert not bad, "library modules import the lab: " + ", ".join(f"{a} -> {b}" for a, b in bad)
+
+
+def test_a_reverse_import_is_found(tmp_path):
+    # The same check on a small package: a lazy import from the library into the lab fails it.
+    pkg = tmp_path / "lmdbio"
+    (pkg / "lab").mkdir(parents=True)
+    for f in ("__init__.py", "reader.py", "lab/__init__.py", "lab/bench.py"):
+        (pkg / f).write_text("")
+    (pkg / "lab" / "bench.py").write_text("from ..reader import x\n")   # lab -> library: fine
+    assert reverse_imports(import_graph(pkg)) == []
+    (pkg / "reader.py").write_text("def f():\n    from .lab import bench\n")
+    assert ("lmdbio.reader", "lmdbio.lab.bench") in reverse_imports(import_graph(pkg))
+
+
+#: Packages only the lab needs (``lmdbio[lab]``): the library must read without them.
+LAB_ONLY = ("pandas", "matplotlib", "seaborn", "ipyparallel", "papermill", "nbformat", "nbclient",
+            "jupyterlab", "ipykernel", "tqdm", "mfusepy", "yaml", "PIL", "hypothesis", "pytest")
+
+BLOCKER = """
+import importlib.abc, sys
+BLOCKED = set(sys.argv.pop(1).split(","))
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked)", name=name)
+sys.meta_path.insert(0, Refuse())
+for m in list(sys.modules):
+    if m.split(".")[0] in BLOCKED:
+        del sys.modules[m]
+import runpy
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+READ = """
+import sys
+from mpi4py import MPI
+import lmdbio
+from lmdbio import make_dataset, Reader
+path = sys.argv[1]
+if MPI.COMM_WORLD.rank == 0:
+    make_dataset(path, "cifar10", 300, commit_every=100, seed=5, progress=False)
+MPI.COMM_WORLD.Barrier()
+seen = []
+with Reader(path, batch_size=32, variant="lmdbio-lmm-dio-prov-coal", build_provenance=True) as r:
+    for b in r.epoch(0):
+        seen += b.indices.tolist()
+allseen = MPI.COMM_WORLD.gather(seen)
+if MPI.COMM_WORLD.rank == 0:
+    got = sorted(i for s in allseen for i in s)
+    assert got == list(range(300)), got[:10]
+    lab = sorted(m for m in sys.modules if m.startswith("lmdbio.lab"))
+    print("read", len(got), "records; lab modules loaded:", lab)
+"""
+
+
+def test_the_library_reads_without_the_labs_packages(tmp_path):
+    """Every lab-only package refused at import: lmdbio still writes, reads and ends cleanly,
+    and the ``lmdbio`` command names the extra to install for a lab subcommand."""
+    from conftest import run_mpi
+
+    (tmp_path / "block.py").write_text(BLOCKER)
+    (tmp_path / "read.py").write_text(READ)
+    proc = run_mpi(tmp_path / "block.py", 2, ",".join(LAB_ONLY), tmp_path / "read.py",
+                   tmp_path / "db", timeout=120)
+    assert "read 300 records; lab modules loaded: []" in proc.stdout, proc.stdout + proc.stderr
+    import subprocess
+    import sys
+    (tmp_path / "cli.py").write_text("import sys\nfrom lmdbio.cli import main\n"
+                                     f"sys.exit(main(['bench', '--report', {str(tmp_path)!r}]))\n")
+    out = subprocess.run([sys.executable, str(tmp_path / "block.py"), ",".join(LAB_ONLY),
+                          str(tmp_path / "cli.py")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "pip install 'lmdbio[lab]'" in out.stderr, out.stderr

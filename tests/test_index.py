@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from corrupt_helpers import lmdb_items, make_db
 from lmdbio import format as fmt
 from lmdbio.errors import LmdbFormatError, SnapshotError
-from lmdbio.index import build_index, open_snapshot
+from lmdbio.recordindex import build_index, open_snapshot
 
 FORMATS = ["0.9", "1.0"]
 
@@ -228,7 +228,7 @@ def test_snapshot_check_refuses_other_snapshot(tmp_path):
 # ------------------------------------------------------------------ check_tree
 
 def test_check_tree_returns_the_current_meta(tmp_path):
-    from lmdbio.index import check_tree
+    from lmdbio.recordindex import check_tree
 
     path = make_db(tmp_path / "db", [(b"%06d" % i, rnd(i % 5000, i)) for i in range(800)],
                    commit_every=200)
@@ -240,7 +240,7 @@ def test_check_tree_returns_the_current_meta(tmp_path):
 def test_check_tree_beside_a_writer(tmp_path, fmt_name, monkeypatch):
     """A live writer recycles pages under an unlocked walk: check_tree retries, never calls
     a healthy file damaged. (Every call walks: no stamp stands in for a version seen before.)"""
-    from lmdbio.index import check_tree
+    from lmdbio.recordindex import check_tree
 
     monkeypatch.setenv("LMDBIO_TRUST_CHECKS", "0")
 
@@ -264,7 +264,7 @@ def test_check_tree_beside_a_writer(tmp_path, fmt_name, monkeypatch):
 def test_check_tree_walks_a_file_version_once(tmp_path, monkeypatch):
     """A passed walk is stamped (lmdbio.verified): the same file version skips it, a changed
     file (ctime moves) or a new commit is walked again, and LMDBIO_TRUST_CHECKS=0 always walks."""
-    import lmdbio.index as index
+    import lmdbio.recordindex as index
     from lmdbio import verified
 
     monkeypatch.setenv("LMDBIO_CACHE", str(tmp_path / "cache"))
@@ -294,7 +294,7 @@ def test_check_tree_walks_a_file_version_once(tmp_path, monkeypatch):
 def test_a_file_damaged_after_its_walk_is_walked_again(tmp_path, monkeypatch):
     """The stamp of a good version does not cover the same file damaged later: the damage is
     an LmdbFormatError, not a crash in LMDB's C code."""
-    from lmdbio.index import check_tree
+    from lmdbio.recordindex import check_tree
 
     monkeypatch.setenv("LMDBIO_CACHE", str(tmp_path / "cache"))
     path = make_db(tmp_path / "db", [(b"%06d" % i, rnd(i % 5000, i)) for i in range(300)])

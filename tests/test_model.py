@@ -10,14 +10,14 @@ import pandas as pd
 import pytest
 
 from lmdbio.errors import ConfigurationError, LmdbioError
-from lmdbio.model import mechanisms as mech
-from lmdbio.model.calibrate import Calibration, FIXED_VARIANTS, load_calibration, save_calibration
-from lmdbio.model.cli import _procs
-from lmdbio.model.platform import Workload, load_platform
-from lmdbio.model.predict import PHASES, POWERS, predict, predict_point
-from lmdbio.model.storage import Stream, run_phase
+from lmdbio.lab.model import mechanisms as mech
+from lmdbio.lab.model.calibrate import Calibration, FIXED_VARIANTS, load_calibration, save_calibration
+from lmdbio.lab.model.cli import _procs
+from lmdbio.lab.model.platform import Workload, load_platform
+from lmdbio.lab.model.predict import PHASES, POWERS, predict, predict_point
+from lmdbio.lab.model.streams import Stream, run_phase
 from lmdbio.options import VARIANTS
-from lmdbio.pfs.model import load_profile
+from lmdbio.lab.pfs.model import load_profile
 
 
 def fake_calibration(**over) -> Calibration:
@@ -99,7 +99,7 @@ def test_predicted_explicit_read_time_falls_with_the_depth():
     assert read(pfs, fake_calibration(pfs_inflight=1.0), "lmdbio-lmm") == pytest.approx(
         read(pfs, fake_calibration(pfs_inflight=12.0), "lmdbio-lmm"))
     # Without a measured depth the stated estimate applies, and says so.
-    from lmdbio.model.predict import explicit_depth
+    from lmdbio.lab.model.predict import explicit_depth
     d, why = explicit_depth(pfs, fake_calibration(pfs_inflight=float("nan"),
                                                   pfs_inflight_source="skipped: no FUSE"))
     assert d == mech.IN_FLIGHT and "skipped: no FUSE" in why
@@ -147,7 +147,7 @@ def test_handoff_allreduce_and_cpu_sharing():
     assert mech.overlapped(1.0, 2.0, 4096) == 2.0 and mech.overlapped(1.0, 2.0, 0) == 3.0
 
 
-# ---------------------------------------------------------------- storage through lmdbio.pfs.model
+# ---------------------------------------------------------------- storage through lmdbio.lab.pfs.model
 
 def test_more_streams_per_target_take_longer_each():
     prof = load_profile("gpfs-2017", time_scale=1.0)
@@ -345,7 +345,7 @@ def test_cli_predict_writes_tidy_predictions(tmp_path, capsys):
 
 
 def test_validate_reports_errors_per_variant(tmp_path):
-    from lmdbio.model.validate import error_table, validate, write_validation
+    from lmdbio.lab.model.validate import error_table, validate, write_validation
 
     d = tmp_path / "sweep"
     d.mkdir()
@@ -371,7 +371,7 @@ def test_validate_reports_errors_per_variant(tmp_path):
 
 
 def test_validate_reads_an_emulated_pfs_sweep(tmp_path):
-    from lmdbio.model.validate import validate
+    from lmdbio.lab.model.validate import validate
 
     d = tmp_path / "pfs"
     d.mkdir()
@@ -393,7 +393,7 @@ def test_validate_reads_an_emulated_pfs_sweep(tmp_path):
 @pytest.mark.mpi
 @pytest.mark.slow
 def test_calibrate_measures_positive_costs_here(tmp_path):
-    from lmdbio.model.calibrate import FLOOR_PER_BYTE_S, FLOOR_S, run_calibration
+    from lmdbio.lab.model.calibrate import FLOOR_PER_BYTE_S, FLOOR_S, run_calibration
 
     cal = run_calibration(tmp_path, records=1000, progress=False)
     for f in dataclasses.fields(cal):
@@ -416,7 +416,7 @@ def test_calibrate_measures_positive_costs_here(tmp_path):
 
 @pytest.mark.parametrize("streams", [1, 4])
 def test_time_is_monotone_non_increasing_in_depth(streams):
-    from lmdbio.pfs.model import load_profile
+    from lmdbio.lab.pfs.model import load_profile
 
     prof = load_profile("gpfs-2017")
     times = [max(run_phase(prof, 4, [Stream(node=j % 4, n=200, size=128 << 10, depth=d, offset=j << 30)
@@ -442,7 +442,7 @@ def _estimates(sources: dict) -> set:
 
 
 def test_every_estimate_has_a_range_with_a_reason():
-    from lmdbio.pfs.model import PROFILES, _RAW, profile_ranges
+    from lmdbio.lab.pfs.model import PROFILES, _RAW, profile_ranges
 
     for name in PROFILES:
         ranges = profile_ranges(name)
@@ -459,14 +459,14 @@ def test_every_estimate_has_a_range_with_a_reason():
 
 
 def test_sensitivity_moves_one_estimate_at_a_time(tmp_path):
-    from lmdbio.model.predict import estimate_ends, sensitivity, write_predictions
+    from lmdbio.lab.model.predict import estimate_ends, sensitivity, write_predictions
 
     plat = load_platform("bebop")
     ends = list(estimate_ends(plat))
     names = {n for n, *_ in ends}
     assert {"gpfs-2017.seek_s", "explicit_inflight", "stagger_size", "compute"} <= names
     seek0 = next(p for n, e, *_, p in ends if n == "gpfs-2017.seek_s" and e == "low")
-    from lmdbio.model.predict import storage_profile
+    from lmdbio.lab.model.predict import storage_profile
     assert storage_profile(seek0, CAL, "cold").seek_s == 0.0
     assert storage_profile(plat, CAL, "cold").seek_s == pytest.approx(0.0055)
     w = ["cifar10-large-alexnet"]
@@ -504,7 +504,7 @@ def test_a_node_cache_serves_the_blocks_its_streams_share_and_no_other_node():
 
 
 def test_a_block_cache_evicts_the_least_recently_used_block():
-    from lmdbio.model.storage import BlockCache
+    from lmdbio.lab.model.streams import BlockCache
 
     c = BlockCache(2 * 4096, 4096)
     c.put(1, 0.1)
@@ -543,7 +543,7 @@ def test_a_stream_can_wait_for_an_earlier_one_and_then_meets_no_contention():
 
 
 def test_requests_per_read_curve_adds_the_measured_extra_requests_and_bytes(tmp_path):
-    from lmdbio.model.requests import curve_requests, load_curve
+    from lmdbio.lab.model.requests import curve_requests, load_curve
 
     f = tmp_path / "rpr.csv"
     pd.DataFrame({"length": [131072, 131072, 1048576], "requests": [2, 2, 10],
@@ -585,8 +585,8 @@ def test_the_curve_changes_pfs_predictions_only(tmp_path):
 
 @pytest.mark.fuse
 def test_requests_per_read_are_measured_through_a_pfs_mount(tmp_path):
-    from lmdbio.model.requests import measure
-    from lmdbio.pfs.mount import FuseUnavailable
+    from lmdbio.lab.model.requests import measure
+    from lmdbio.lab.pfs.mount import FuseUnavailable
 
     try:
         rows = measure(lengths=(16 << 10, 1 << 20), repeats=1, workdir=tmp_path)
@@ -632,7 +632,7 @@ def test_dm_walk_faults_not_served_in_time_are_serialized_by_the_ring(tmp_path):
 
 
 def test_the_validation_gap_names_the_request_count_or_the_time_per_request():
-    from lmdbio.model.validate import CRITERION, gap_of
+    from lmdbio.lab.model.validate import CRITERION, gap_of
 
     base = {"median_abs_error": CRITERION + 0.1, "bytes_ratio": 0.6}
     assert gap_of({**base, "median_abs_error": CRITERION, "requests_ratio": 0.5,
@@ -691,9 +691,9 @@ def test_a_fixed_data_set_sets_dios_index_pass_not_the_run():
 
 
 def test_the_walks_reads_follow_the_measured_microbenchmark():
-    # walk_reads.csv (python -m lmdbio.model.walkread): a cold next()-only walk through a 64 KiB
+    # walk_reads.csv (python -m lmdbio.lab.model.walkread): a cold next()-only walk through a 64 KiB
     # read-around. The model's walk touching the values reads what it read; leaf-only does not.
-    from lmdbio.model.walkread import DEFAULT_CSV
+    from lmdbio.lab.model.walkread import DEFAULT_CSV
 
     d = pd.read_csv(DEFAULT_CSV)
     d = d[d["mode"] == "walk"].groupby("dataset").median(numeric_only=True)
@@ -711,7 +711,7 @@ def test_the_walks_reads_follow_the_measured_microbenchmark():
 
 
 def test_latin_hypercube_uses_each_stratum_once_and_is_seeded():
-    from lmdbio.model.uncertainty import latin_hypercube
+    from lmdbio.lab.model.uncertainty import latin_hypercube
 
     u = latin_hypercube(20, 5, seed=3)
     assert u.shape == (20, 5) and ((u >= 0) & (u < 1)).all()
@@ -721,7 +721,7 @@ def test_latin_hypercube_uses_each_stratum_once_and_is_seeded():
 
 
 def test_every_estimate_is_drawn_within_its_range_and_moves_some_prediction():
-    from lmdbio.model.uncertainty import apply, draw, estimates
+    from lmdbio.lab.model.uncertainty import apply, draw, estimates
 
     plat = _bebop()
     est = estimates(plat)
@@ -748,7 +748,7 @@ def test_every_estimate_is_drawn_within_its_range_and_moves_some_prediction():
 
 
 def test_joint_samples_carry_every_estimate_and_run_the_model_at_each():
-    from lmdbio.model.uncertainty import PREFIX, apply, draw, joint
+    from lmdbio.lab.model.uncertainty import PREFIX, apply, draw, joint
 
     plat = _bebop()
     rows = joint(plat, [576], ["lmdb", FULL_STACK], ["cifar10-large-alexnet"], CAL, n=4, seed=5, budget=300)

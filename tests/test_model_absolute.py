@@ -8,12 +8,12 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from lmdbio.model.absolute import (DEFAULT_OUT, POSTER_AXIS_S, Bound, absolute_table, axis_check, bounds,
+from lmdbio.lab.model.absolute import (DEFAULT_OUT, POSTER_AXIS_S, Bound, absolute_table, axis_check, bounds,
                                    verdict)
-from lmdbio.model.calibrate import load_calibration
-from lmdbio.model.platform import load_platform
-from lmdbio.model.predict import POWERS, predict_point, storage_profile
-from lmdbio.model.uncertainty import apply
+from lmdbio.lab.model.calibrate import load_calibration
+from lmdbio.lab.model.platform import load_platform
+from lmdbio.lab.model.predict import POWERS, predict_point, storage_profile
+from lmdbio.lab.model.uncertainty import apply
 from test_model import fake_calibration
 
 WL = "cifar10-large-alexnet"

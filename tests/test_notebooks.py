@@ -14,9 +14,9 @@ import nbformat
 import pandas as pd
 import pytest
 
-from lmdbio import claims
-from lmdbio.experiments import pfs_unavailable
-from lmdbio.notebook_runner import REPO, notebooks, run_notebooks, strip, unstripped
+from lmdbio.lab import claims
+from lmdbio.lab.experiments import pfs_unavailable
+from lmdbio.lab.notebook_runner import REPO, notebooks, run_notebooks, strip, unstripped
 
 NOTEBOOKS = notebooks()
 EXPECTED = ["00_environment", "01_datasets", "02_lmdb_analysis", "03_lmm", "04_dm", "05_dio",
@@ -110,7 +110,7 @@ def test_strip_removes_what_running_adds(tmp_path):
 def test_settings_come_from_lmdbio_scales(path):
     nb = nbformat.read(path, as_version=4)
     src = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    assert f'scales.settings("{path.stem}", scale' in src, f"{path.name}: take cfg from lmdbio.scales"
+    assert f'scales.settings("{path.stem}", scale' in src, f"{path.name}: take cfg from lmdbio.lab.scales"
     assert not re.search(r"^SCALES\s*=", src, re.M), f"{path.name}: a copy of the scales"
 
 
@@ -132,7 +132,7 @@ def test_claim_notebooks_close_with_the_verdicts_from_claims_csv(path):
 def test_beyond_notebooks_judge_targets_with_the_claims_rule_and_render_the_close(path):
     nb = nbformat.read(path, as_version=4)
     src = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    assert "beyond.verdicts(" in src, f"{path.name}: verdicts come from lmdbio.beyond.verdicts"
+    assert "beyond.verdicts(" in src, f"{path.name}: verdicts come from lmdbio.lab.beyond.verdicts"
     assert "emulated_pfs(" in src and "settings_results(" in src, f"{path.name}: GPFS measured or replotted"
     last = nb.cells[-1]
     assert last.cell_type == "code" and "targets.itertuples()" in last.source, \

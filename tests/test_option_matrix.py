@@ -1,4 +1,4 @@
-"""The differential option matrix (lmdbio.testing.matrix): its combinations, its checks, its runs.
+"""The differential option matrix (lmdbio.lab.testing.matrix): its combinations, its checks, its runs.
 
 The all-pairs sample runs in ``make test-fast``, a seeded random sample in ``make test``
 (slow), the whole cross product in ``make test-matrix``.
@@ -11,7 +11,7 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from lmdbio.testing import matrix as mx
+from lmdbio.lab.testing import matrix as mx
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +194,7 @@ def test_failures_are_grouped_with_a_command_that_reruns_them(pool):
                      "refused": ""})
     text = mx.failure_report(rows)
     assert text.startswith("3 x wrong records (no prefetch): stream reads")
-    assert "rerun: .venv/bin/python -m lmdbio.testing.matrix full --where variant=lmdb" in text
+    assert "rerun: .venv/bin/python -m lmdbio.lab.testing.matrix full --where variant=lmdb" in text
     cmd = text.split("rerun: ")[1].split()
     wheres = [cmd[k + 1] for k, a in enumerate(cmd) if a == "--where"]
     combos, _ = mx.selection("full", where=wheres)

@@ -140,13 +140,13 @@ def test_auto_on_tmpfs_reads_direct(small_db, tmp_path):
 
 
 def test_auto_on_fuse_reads_with_the_full_stack(small_db):
-    from lmdbio.pfs.mount import FuseUnavailable, check_fuse
+    from lmdbio.lab.pfs.mount import FuseUnavailable, check_fuse
 
     try:
         check_fuse()
     except FuseUnavailable as exc:
         pytest.skip(f"no FUSE here: {exc}")
-    from lmdbio import pfs
+    from lmdbio.lab import pfs
 
     with pfs.mounted(str(small_db.parent), profile="local", nodes=1) as m:
         db = m.path(0, small_db.name)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from lmdbio.pfs import mount as pm
-from lmdbio.procs import pid_alive
+from lmdbio.lab.pfs import mount as pm
+from lmdbio.lab.procs import pid_alive
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -240,7 +240,7 @@ def test_mount_ends_with_its_holder(src, tmp_path, no_stale_mount, sig):
     with its parent) or SIGTERMed (the handler unmounts) leaves no mount."""
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    code = ("import time; from lmdbio.pfs import mounted\n"
+    code = ("import time; from lmdbio.lab.pfs import mounted\n"
             f"with mounted({str(src)!r}, profile='local', nodes=1, mnt={str(mnt)!r}):\n"
             "    print('ready', flush=True); time.sleep(120)\n")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT,
@@ -306,8 +306,8 @@ def test_splice_and_copy_paths_serve_the_same_bytes(tmp_path, no_stale_mount):
     Odd sizes and offsets, a file that ends mid-page, unbuffered reads
     bigger than one request, page-cache reads and mmap.
     """
-    from lmdbio.pfs.fs import splice_limit
-    from lmdbio.pfs.model import load_profile
+    from lmdbio.lab.pfs.fs import splice_limit
+    from lmdbio.lab.pfs.model import load_profile
 
     own = tmp_path / "src"
     own.mkdir()
@@ -341,7 +341,7 @@ def test_splice_and_copy_paths_serve_the_same_bytes(tmp_path, no_stale_mount):
 
 def test_emulated_pfs_rewrites_points_and_unmounts(src, no_stale_mount):
     # The notebooks' (b) setting: the same points, each reading through its virtual node's view.
-    from lmdbio.experiments import emulated_pfs
+    from lmdbio.lab.experiments import emulated_pfs
 
     pts = [dict(nprocs=4, dataset=str(src / "cifar10"), variant="lmdb", ranks_per_node=None),
            dict(nprocs=3, dataset=str(src / "imagenet"), variant="lmdb", ranks_per_node=1)]
@@ -366,8 +366,8 @@ def test_reader_timeline_reads_through_the_emulated_pfs(src, no_stale_mount):
     code = f"""
 import json
 from mpi4py import MPI
-from lmdbio import pfs
-from lmdbio.experiments import emulated_pfs, reader_timeline
+from lmdbio.lab import pfs
+from lmdbio.lab.experiments import emulated_pfs, reader_timeline
 pts = [dict(nprocs=1, dataset={str(src / 'cifar10')!r}, ranks_per_node=1)]
 with emulated_pfs({str(src)!r}, pts) as on:
     before = pfs.stats(on[0]["storage"].mount)["counters"]["total"]["bytes"]

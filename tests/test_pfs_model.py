@@ -7,8 +7,8 @@ import math
 import pytest
 
 from lmdbio.errors import ConfigurationError
-from lmdbio.pfs import PROFILES, StorageModel, load_profile, simulate
-from lmdbio.pfs.model import size_bin
+from lmdbio.lab.pfs import PROFILES, StorageModel, load_profile, simulate
+from lmdbio.lab.pfs.model import size_bin
 
 KiB, MiB = 1 << 10, 1 << 20
 

@@ -1,4 +1,4 @@
-"""lmdbio.plots: one style, a fixed colour per variant, every figure kind from tidy tables."""
+"""lmdbio.lab.plots: one style, a fixed colour per variant, every figure kind from tidy tables."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import lmdbio
-from lmdbio import plots, tables
+from lmdbio.lab import plots, tables
 
 META = {"host": {"hostname": "testhost", "cores": 2}, "config": {"scale": "tiny"}}
 PROCS = (1, 2, 4)

@@ -54,8 +54,8 @@ def test_runtime_dependencies_are_ranges_and_the_pins_live_in_constraints():
     assert not {_name(r) for r in core} & NOTEBOOK_STACK, "the notebook stack is a hard dependency"
     assert not [r for r in core if "==" in r], "exact pins belong in constraints.txt"
     extras = project["optional-dependencies"]
-    assert {"notebooks", "bench", "pfs", "dev", "mpich"} <= set(extras)
-    assert {"mfusepy"} <= {_name(r) for r in extras["pfs"]}
+    assert {"lab", "images", "dev", "mpich"} <= set(extras)
+    assert NOTEBOOK_STACK - {"mpich"} | {"mfusepy"} <= {_name(r) for r in extras["lab"]}
     pins = {}
     for line in (ROOT / "constraints.txt").read_text().splitlines():
         if line and not line.startswith("#"):
@@ -110,9 +110,9 @@ def test_ci_runs_make_test_only():
 def test_every_notebook_scale_defines_the_same_settings():
     """A setting missing from one scale breaks that scale's run while the tiny test passes.
 
-    The scales live in lmdbio/scales.py (tests/test_scales.py checks them); no notebook keeps a copy.
+    The scales live in lmdbio/lab/scales.py (tests/test_scales.py checks them); no notebook keeps a copy.
     """
-    from lmdbio.scales import KEYS, NOTEBOOK_SCALES, SCALES
+    from lmdbio.lab.scales import KEYS, NOTEBOOK_SCALES, SCALES
 
     assert all(set(cfg) == set(KEYS) for cfg in SCALES.values())
     for name, per_scale in NOTEBOOK_SCALES.items():

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from corrupt_helpers import make_db
 from lmdbio.datasets import make_dataset
 from lmdbio.errors import ProvenanceError
-from lmdbio.index import build_index
+from lmdbio.recordindex import build_index
 from lmdbio.provenance import (_decode_runs, arithmetic_offsets, encode_runs, load_provenance,
                                provenance_status,
                                sidecar_path, write_provenance)

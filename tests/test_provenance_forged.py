@@ -22,7 +22,7 @@ from corrupt_helpers import make_db
 from lmdbio import format as fmt
 from lmdbio.datasets import make_dataset
 from lmdbio.errors import StaleProvenanceError
-from lmdbio.index import build_index
+from lmdbio.recordindex import build_index
 from lmdbio.options import choose_auto
 from lmdbio.provenance import (from_index, load_provenance, provenance_status, sidecar_path,
                                write_provenance)

@@ -192,7 +192,7 @@ def test_the_stamp_across_ranks(db, nprocs, rpn):
 def test_a_bench_checks_ahead_and_reports_it(db, tmp_path, monkeypatch, trust):
     """The bench measures PROV after its sidecar was checked once, untimed (prov_verify_s), and
     says per point whether the readers used the stamp; LMDBIO_TRUST_CHECKS=0 is the old way."""
-    from lmdbio.bench import make_points, run_sweep
+    from lmdbio.lab.bench import make_points, run_sweep
 
     monkeypatch.setenv("LMDBIO_TRUST_CHECKS", trust)
     points = make_points([db], ["lmdbio-lmm-dio-prov"], [2], ["warm"], batch_size=16, iters=2,

@@ -54,7 +54,7 @@ def test_a_damaged_leaf_fails_setup_on_every_rank(tmp_path):
     from corrupt_helpers import page_size, patch
 
     from lmdbio.datasets import make_dataset
-    from lmdbio.index import build_index
+    from lmdbio.recordindex import build_index
     from lmdbio.provenance import sidecar_path
 
     db = make_dataset(tmp_path / "db", "cifar10", 300, commit_every=100, seed=12)

@@ -1,11 +1,11 @@
-"""lmdbio.scales: every scale defines every key, settings() merges and copies, batches divide."""
+"""lmdbio.lab.scales: every scale defines every key, settings() merges and copies, batches divide."""
 
 from __future__ import annotations
 
 import pytest
 
-from lmdbio import scales
-from lmdbio.scales import KEYS, NOTEBOOK_SCALES, SCALES, settings
+from lmdbio.lab import scales
+from lmdbio.lab.scales import KEYS, NOTEBOOK_SCALES, SCALES, settings
 
 #: The global batch sizes the notebooks use below ``large`` (``notebooks/_make_notebooks.py``):
 #: ImageNet records 16 (tiny) or 32, CIFAR-10 records 64 (tiny) or 256.
@@ -105,7 +105,7 @@ def test_cluster_kind(monkeypatch):
 def test_throttled_cifar10_points_run_long_enough_and_never_fewer_than_pfs_iters():
     # A cold throttled CIFAR-10 point's first ~40 batches run off the device's steady rate
     # (DM +75%, COAL's repeats 100% apart at 16 iterations): the default scale runs >= 96.
-    from lmdbio.experiments import throttle_iters
+    from lmdbio.lab.experiments import throttle_iters
 
     for nb in NOTEBOOK_SCALES:
         for scale in SCALES:

@@ -1,4 +1,4 @@
-"""The shared storage target (lmdbio.storage.shared): one budget on S, private node caches, nothing left.
+"""The shared storage target (lmdbio.lab.storage.shared): one budget on S, private node caches, nothing left.
 
 The device tests (marked ``throttled``, so ``make test-fast`` leaves them out)
 skip, saying why, where a target cannot be made (not root, no loop devices,
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from lmdbio.storage import shared as sh
+from lmdbio.lab.storage import shared as sh
 
 ROOT = Path(__file__).resolve().parents[1]
 OK, WHY = sh.shared_available()
@@ -116,7 +116,7 @@ def test_cgroup_v2_rule_is_one_io_max(tmp_path):
 
 
 def test_unavailable_is_one_line_saying_why(monkeypatch, src):
-    from lmdbio.storage import throttle as th
+    from lmdbio.lab.storage import throttle as th
 
     monkeypatch.setattr(th.os, "geteuid", lambda: 1000)
     ok, why = sh.shared_available()
@@ -127,7 +127,7 @@ def test_unavailable_is_one_line_saying_why(monkeypatch, src):
 
 
 def test_bench_parses_shared_storage():
-    from lmdbio.bench.storage import Storage, parse_storage
+    from lmdbio.lab.bench.settings import Storage, parse_storage
 
     assert parse_storage("shared:gpfs-2017") == ("shared", "gpfs-2017")
     with pytest.raises(ValueError, match="shared:PROFILE"):
@@ -195,7 +195,7 @@ def test_nothing_stays_after_an_exception(src, nothing_left):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_nothing_stays_after_the_holder_is_killed(src, nothing_left, sig):
     """SIGTERM: the handler raises and finally cleans up; SIGKILL: the janitor does."""
-    code = ("import json, time; from lmdbio.storage.shared import shared\n"
+    code = ("import json, time; from lmdbio.lab.storage.shared import shared\n"
             f"with shared({str(src)!r}, nodes=2) as s:\n"
             "    print(json.dumps(dict(workdir=s.state_file.rsplit('/', 1)[0], s=s.s_majmin)),"
             " flush=True)\n"
@@ -228,8 +228,8 @@ def test_nothing_stays_after_the_holder_is_killed(src, nothing_left, sig):
 @pytest.mark.mpi
 def test_bench_sweep_on_the_shared_target(tmp_path, nothing_left):
     """``lmdbio bench --storage shared:PROFILE``: 2 virtual nodes, S's budget and counters per point."""
-    from lmdbio import bench
-    from lmdbio.bench.storage import s_counter_table
+    from lmdbio.lab import bench
+    from lmdbio.lab.bench.settings import s_counter_table
     from lmdbio.datasets import make_dataset
 
     ds = make_dataset(tmp_path / "ds", "cifar10", 300, commit_every=100, seed=3)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import lmdbio
-from lmdbio import cluster as C
-from lmdbio.procs import pid_alive
-from lmdbio.testing.slurm import MiniSlurm, available, processes_using
+from lmdbio.lab import cluster as C
+from lmdbio.lab.procs import pid_alive
+from lmdbio.lab.testing.slurm import MiniSlurm, available, processes_using
 
 pytestmark = pytest.mark.slurm
 HERE = Path(__file__).resolve().parent
@@ -98,7 +98,7 @@ def engines(slurm_env):
 
 @pytest.fixture(scope="module")
 def db(engines, tmp_path_factory) -> Path:
-    from lmdbio.experiments import ensure_datasets
+    from lmdbio.lab.experiments import ensure_datasets
 
     path = tmp_path_factory.mktemp("slurmdb") / "cifar10"
     ensure_datasets(engines, [dict(path=str(path), preset="cifar10", records=300, commit_every=70)])
@@ -158,7 +158,7 @@ def test_a_job_without_one_mpi_world_is_refused_and_cancelled(slurm, slurm_env, 
 
 @pytest.mark.notebooks
 def test_notebook_03_on_slurm_at_tiny_scale(slurm, slurm_env, engines, tmp_path):
-    from lmdbio.notebook_runner import run_notebooks
+    from lmdbio.lab.notebook_runner import run_notebooks
 
     engines.stop()   # the notebook starts its own cluster (one job at a time on 2 nodes)
     log = slurm.root / "log" / "slurmctld.log"
@@ -177,8 +177,8 @@ def test_notebook_03_on_slurm_at_tiny_scale(slurm, slurm_env, engines, tmp_path)
     assert not list((HERE.parent / "notebooks").glob("*.sbatch")), "a batch script was left behind"
     # Each cluster it started (local disk, the emulated GPFS where FUSE works, the throttled
     # device where loop devices and the blkio controller do) was one Slurm job on both nodes.
-    from lmdbio import scales
-    from lmdbio.experiments import pfs_unavailable, throttle_unavailable
+    from lmdbio.lab import scales
+    from lmdbio.lab.experiments import pfs_unavailable, throttle_unavailable
 
     new = {j: nodes for j, nodes in _started_jobs(log.read_text()).items() if j not in jobs_before}
     throttled = throttle_unavailable(scales.settings("03_lmm", "tiny")) is None

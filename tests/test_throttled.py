@@ -1,4 +1,4 @@
-"""The throttled real block device (lmdbio.storage): loop devices, mounts, cgroups, and nothing left.
+"""The throttled real block device (lmdbio.lab.storage): loop devices, mounts, cgroups, and nothing left.
 
 The device tests skip, saying why, where one cannot be made (not root, no
 loop devices, no blkio/io controller, no mkfs.ext4). No test asserts on time.
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from lmdbio import metrics
-from lmdbio.storage import throttle as th
+from lmdbio.lab.storage import throttle as th
 
 from conftest import run_mpi
 
@@ -121,7 +121,7 @@ def test_unavailable_is_one_line_saying_why(monkeypatch, src):
 
 
 def test_bench_parses_throttle_storage():
-    from lmdbio.bench.storage import Storage, parse_storage
+    from lmdbio.lab.bench.settings import Storage, parse_storage
 
     assert parse_storage("throttle:gpfs-2017") == ("throttle", "gpfs-2017")
     with pytest.raises(ValueError, match="throttle:PROFILE"):
@@ -178,7 +178,7 @@ def test_the_throttle_is_in_force(src, nothing_left):
                 assert f"rbps={t.read_bps}" in Path(cg, "io.max").read_text()
         c0 = t.counters()["nodes"]
         # a process in node 0's cgroup reads node 0's cold file: its device and its cgroup count it
-        code = ("import sys; from lmdbio.storage import join_node; join_node(0); "
+        code = ("import sys; from lmdbio.lab.storage import join_node; join_node(0); "
                 "f = open(sys.argv[1], 'rb'); n = 0\n"
                 "while (b := f.read(1 << 16)): n += len(b)\n"
                 "print(n)")
@@ -225,7 +225,7 @@ def test_nothing_stays_after_an_exception(src, nothing_left):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_nothing_stays_after_the_holder_is_killed(src, nothing_left, sig):
     """SIGTERM: the handler raises and finally cleans up; SIGKILL: the janitor does."""
-    code = ("import json, time; from lmdbio.storage import throttled\n"
+    code = ("import json, time; from lmdbio.lab.storage import throttled\n"
             f"with throttled({str(src)!r}, nodes=2) as t:\n"
             "    t.join(0)\n"
             "    print(json.dumps(dict(image=t.image, mnt=t.mnt, workdir=t.state_file.rsplit('/', 1)[0],"
@@ -254,7 +254,7 @@ def test_nothing_stays_after_the_holder_is_killed(src, nothing_left, sig):
 @needs_device
 @pytest.mark.mpi
 def test_bench_sweep_on_throttled_devices(src, tmp_path, nothing_left):
-    from lmdbio import bench
+    from lmdbio.lab import bench
 
     pts = bench.make_points([str(src)], ["lmdbio-lmm-dio"], [2], ["cold"], 16, 3,
                             ranks_per_node=1, storage="throttle:gpfs-2017", baselines=False)

@@ -13,7 +13,7 @@ import numpy as np
 from .. import tags
 from ..collective import collective
 from ..errors import LmdbioError, SnapshotError
-from ..index import open_snapshot
+from ..recordindex import open_snapshot
 from ..plan import plan_extents, positions_touched
 from .stage import Extents, Locator
 
@@ -53,7 +53,7 @@ def scatter_index(comm, snapshot, n: int, batch: int, lo: int, count: int,
 class Table(Locator):
     """Locates through a table of (position, offset, size) of every record this reader reads.
 
-    Holds a :class:`~lmdbio.index.Snapshot` (an LMDB read transaction) so a
+    Holds a :class:`~lmdbio.recordindex.Snapshot` (an LMDB read transaction) so a
     writer cannot recycle the pages the offsets point to.
     """
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..collective import collective
 from ..errors import LmdbioError, SnapshotError
-from ..index import build_index
+from ..recordindex import build_index
 from .stage import Views
 from .walk import Walk
 

@@ -7,7 +7,7 @@ record: the cost DM's ring removes.
 
 from __future__ import annotations
 
-from ..index import check_tree
+from ..recordindex import check_tree
 from ..lmdbenv import CursorWalker, acquire
 from .stage import Locator, Views
 

@@ -1,4 +1,4 @@
-"""Under mpiexec, inside ``with lmdbio.storage.throttled(...)``: each rank joins its node's cgroup
+"""Under mpiexec, inside ``with lmdbio.lab.storage.throttled(...)``: each rank joins its node's cgroup
 and a Reader over the node views delivers the source's records.
 
 usage: check_throttled.py TEMPLATE SOURCE_DB RANKS_PER_NODE VARIANT[,VARIANT...]
@@ -13,7 +13,7 @@ import numpy as np
 from mpi4py import MPI
 
 import lmdbio
-from lmdbio.storage import join_node
+from lmdbio.lab.storage import join_node
 
 from stored import stored_values
 

@@ -25,7 +25,7 @@ from mpi4py import MPI
 
 import lmdbio
 from lmdbio import format as fmt
-from lmdbio.index import build_index, check_tree
+from lmdbio.recordindex import build_index, check_tree
 from lmdbio.lmdbenv import CursorWalker, acquire
 
 from stored import stored_values

@@ -1,8 +1,8 @@
 """Under mpiexec: run the option matrix's combinations from a spec file, one after another.
 
 usage: matrix_run.py SPEC.json [--start K]
-SPEC.json holds ``{"items": [...]}`` as lmdbio.testing.matrix.run writes them. For each
-item from position K on, every rank runs lmdbio.testing.matrix.check_combination on its
+SPEC.json holds ``{"items": [...]}`` as lmdbio.lab.testing.matrix.run writes them. For each
+item from position K on, every rank runs lmdbio.lab.testing.matrix.check_combination on its
 own duplicate of COMM_WORLD (a combination that fails leaves no message behind for the
 next one), and rank 0 prints ``MATRIX {"event": "start", ...}`` before it and ``MATRIX
 {"event": "done", "row": ...}`` after it, flushed at once, so a combination that hangs or
@@ -16,7 +16,7 @@ import sys
 import lmdb
 from mpi4py import MPI
 
-from lmdbio.testing import matrix as mx
+from lmdbio.lab.testing import matrix as mx
 
 p = argparse.ArgumentParser()
 p.add_argument("spec")

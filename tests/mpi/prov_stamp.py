@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 import lmdbio
 from lmdbio.errors import LmdbioError
-from lmdbio.index import build_index
+from lmdbio.recordindex import build_index
 from lmdbio.provenance import from_index, sidecar_path, write_provenance
 from lmdbio.verified import cache_dir
 
