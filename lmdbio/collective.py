@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -29,7 +31,7 @@ from . import tags
 from .errors import ConfigurationError, LmdbioError, PeerTimeoutError
 from .waiting import timeout, wait_until
 
-__all__ = ["collective", "agree", "allgather", "release_comms", "check_settings", "exit_timeout",
+__all__ = ["collective", "abort_job", "agree", "allgather", "release_comms", "check_settings", "exit_timeout",
            "default_on_error", "messages_sent", "tree", "EXIT_TIMEOUT"]
 
 # Sends of rounds a rank gave up on (a peer never came): MPI may still read their buffers.
@@ -507,3 +509,17 @@ def release_comms(comms, settled: bool) -> None:
         while (m := old.improbe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG)) is not None:
             m.recv()
         old.Free()
+
+
+def abort_job(comm, exc: BaseException) -> None:
+    """End the whole job: 130 (128 + SIGINT) for a Ctrl-C, as a shell reports it; 1 otherwise.
+
+    The half-second pause lets the launcher forward the message just printed
+    before it tears the job down. A second Ctrl-C during it (users press it
+    again) must not stop the abort halfway and leave the other ranks waiting,
+    so the main thread ignores SIGINT from here on.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    time.sleep(0.5)
+    comm.Abort(130 if isinstance(exc, KeyboardInterrupt) else 1)

@@ -25,7 +25,7 @@ __all__ = [
     "db_file", "open_readonly", "read_meta", "parse_meta", "meta_candidates",
     "page_header", "check_page", "node_pointers", "branch_children", "branch_keys",
     "leaf_table", "leaf_nodes", "leaf_keys", "validate_meta",
-    "overflow_pages", "read_page", "read_pages",
+    "overflow_pages", "read_page", "read_pages", "page_error", "past_end",
 ]
 
 MAGIC = 0xBEEFC0DE
@@ -116,7 +116,7 @@ class LeafNodes:
     ov_pgno: np.ndarray    # int64 first overflow page of BIGDATA nodes, -1 elsewhere
 
 
-def _fail(path, pgno, problem: str) -> LmdbFormatError:
+def page_error(path, pgno, problem: str) -> LmdbFormatError:
     where = f"page {pgno}" if pgno is not None else "file"
     return LmdbFormatError(f"{path}: {where}: {problem}")
 
@@ -206,7 +206,7 @@ def _open(path_or_fd, name: str | None = None) -> tuple[int, bool, str]:
 def _pread_exact(fd: int, n: int, off: int, path, pgno) -> bytes:
     buf = os.pread(fd, n, off)
     if len(buf) != n:
-        raise _fail(path, pgno, f"file ends inside the page (wanted {n} bytes at offset {off}, "
+        raise page_error(path, pgno, f"file ends inside the page (wanted {n} bytes at offset {off}, "
                                 f"got {len(buf)}); the file is truncated")
     return buf
 
@@ -232,40 +232,40 @@ def _detect_format(head: bytes, path) -> int:
                 if first != hdr:
                     # py-lmdb would pick its engine from the stray magic and LMDB would
                     # then misread the file: refuse it the same way for every reader.
-                    raise _fail(path, 0, f"page 0 header is damaged (a stray meta magic at byte "
+                    raise page_error(path, 0, f"page 0 header is damaged (a stray meta magic at byte "
                                          f"{first}, before the meta record at byte {hdr})")
                 return version
     # A 32-bit build has a 12-byte header (4-byte pgno); a big-endian one stores the magic reversed.
     for off in (12, 16, 24, 20):
         if len(head) >= off + 8:
             if struct.unpack_from(">I", head, off)[0] == MAGIC:
-                raise _fail(path, 0, "big-endian LMDB file; only 64-bit little-endian files are "
+                raise page_error(path, 0, "big-endian LMDB file; only 64-bit little-endian files are "
                                      "supported (convert it with mdb_dump/mdb_load on this machine)")
             if off == 12 and struct.unpack_from("<I", head, off)[0] == MAGIC:
-                raise _fail(path, 0, "32-bit LMDB file (12-byte page header); only 64-bit files are "
+                raise page_error(path, 0, "32-bit LMDB file (12-byte page header); only 64-bit files are "
                                      "supported (convert it with mdb_dump/mdb_load on this machine)")
     for version, (hdr, _) in _FORMATS.items():
         if len(head) >= hdr + 8:
             magic, ver = struct.unpack_from("<II", head, hdr)
             if magic == MAGIC:
-                raise _fail(path, 0, f"unsupported LMDB data version {ver} (expected 1 or 3)")
-    raise _fail(path, 0, f"not an LMDB file: no meta magic {MAGIC:#x} in the first page")
+                raise page_error(path, 0, f"unsupported LMDB data version {ver} (expected 1 or 3)")
+    raise page_error(path, 0, f"not an LMDB file: no meta magic {MAGIC:#x} in the first page")
 
 
 def parse_meta(page: bytes, *, format_version: int, pgno: int, path="data.mdb") -> dict:
     """Decode one meta page (its first bytes suffice) into a dict of raw fields."""
     hdr, _ = _FORMATS[format_version]
     if len(page) < hdr + 136:
-        raise _fail(path, pgno, "meta page is truncated")
+        raise page_error(path, pgno, "meta page is truncated")
     page_pgno = struct.unpack_from("<Q", page, 0)[0]
     flags = struct.unpack_from("<H", page, hdr - 6)[0]
     magic, ver, address, mapsize = struct.unpack_from("<IIQQ", page, hdr)
     if magic != MAGIC:
-        raise _fail(path, pgno, f"wrong magic {magic:#x} in meta page (expected {MAGIC:#x})")
+        raise page_error(path, pgno, f"wrong magic {magic:#x} in meta page (expected {MAGIC:#x})")
     if ver != format_version:
-        raise _fail(path, pgno, f"meta page has data version {ver}, page 0 has {format_version}")
+        raise page_error(path, pgno, f"meta page has data version {ver}, page 0 has {format_version}")
     if page_pgno != pgno or not flags & P_META:
-        raise _fail(path, pgno, f"meta page header is damaged (pgno {page_pgno}, flags {flags:#x})")
+        raise page_error(path, pgno, f"meta page header is damaged (pgno {page_pgno}, flags {flags:#x})")
     free = _DB.unpack_from(page, hdr + 24)
     main = _DB.unpack_from(page, hdr + 72)
     last_pgno, txnid = struct.unpack_from("<QQ", page, hdr + 120)
@@ -286,17 +286,17 @@ def meta_candidates(path_or_fd, *, name: str | None = None) -> list[MetaInfo]:
         file_size = os.fstat(fd).st_size
         head = os.pread(fd, _META_READ, 0)
         if len(head) < 64:
-            raise _fail(name, None, f"file is {file_size} bytes, too short for an LMDB meta page "
+            raise page_error(name, None, f"file is {file_size} bytes, too short for an LMDB meta page "
                                     "(truncated or not an LMDB file)")
         version = _detect_format(head, name)
         hdr, _ = _FORMATS[version]
         m0 = parse_meta(head, format_version=version, pgno=0, path=name)
         psize = m0["psize"]
         if psize < 512 or psize > 65536 or psize & (psize - 1):
-            raise _fail(name, 0, f"page size {psize} in the free DB record is not a power of two "
+            raise page_error(name, 0, f"page size {psize} in the free DB record is not a power of two "
                                  "in 512..65536")
         if file_size < 2 * psize:
-            raise _fail(name, 1, f"file is {file_size} bytes, shorter than two {psize}-byte meta "
+            raise page_error(name, 1, f"file is {file_size} bytes, shorter than two {psize}-byte meta "
                                  "pages; the file is truncated")
         m1 = parse_meta(_pread_exact(fd, _META_READ, psize, name, 1), format_version=version,
                         pgno=1, path=name)
@@ -315,7 +315,7 @@ def meta_candidates(path_or_fd, *, name: str | None = None) -> list[MetaInfo]:
 def _meta_info(m: dict, page: int, version: int, hdr: int, psize: int, file_size: int,
                name: str) -> MetaInfo:
     if m["psize"] != psize:
-        raise _fail(name, page, "page size differs between meta pages")
+        raise page_error(name, page, "page size differs between meta pages")
     root = None if m["root"] == P_INVALID else m["root"]
     return MetaInfo(format_version=version, psize=psize, header_size=hdr, txnid=m["txnid"],
                     last_pgno=m["last_pgno"], root=root, depth=m["depth"], entries=m["entries"],
@@ -332,66 +332,66 @@ def validate_meta(meta: MetaInfo) -> MetaInfo:
     name, page = meta.path, meta.meta_page
     file_pages = meta.file_size // meta.psize
     if meta.last_pgno < 1 or meta.last_pgno >= 1 << 48:
-        raise _fail(name, page, f"last page number {meta.last_pgno} is impossible")
+        raise page_error(name, page, f"last page number {meta.last_pgno} is impossible")
     if meta.txnid >= 1 << 63:
-        raise _fail(name, page, f"transaction id {meta.txnid} is impossible (damaged meta page)")
+        raise page_error(name, page, f"transaction id {meta.txnid} is impossible (damaged meta page)")
     if meta.last_pgno >= file_pages:
         # LMDB never writes pages a transaction allocated and freed again, so a file being
         # written (or left so) may end before its last page; the walk checks that every
         # page the tree uses is in the file. Past the map, though, the page cannot exist.
         if meta.last_pgno >= max(file_pages, meta.mapsize // meta.psize) or \
                 (meta.last_pgno + 1) * meta.psize > _MAX_MAP:
-            raise _fail(name, page, f"meta says the last page is {meta.last_pgno} but the file has "
+            raise page_error(name, page, f"meta says the last page is {meta.last_pgno} but the file has "
                                     f"only {file_pages} pages of {meta.psize} bytes (map size "
                                     f"{meta.mapsize}); the file is truncated or the meta damaged")
     # What py-lmdb's LMDB checks when a transaction begins (so it never refuses a file we accept).
     for which, flags in (("free-page", meta.free_flags), ("main", meta.db_flags)):
         if flags & _DUPSORT_ONLY and not flags & 0x04:
-            raise _fail(name, page, f"{which} DB flags {flags:#x} need DUPSORT (damaged meta page)")
+            raise page_error(name, page, f"{which} DB flags {flags:#x} need DUPSORT (damaged meta page)")
     if meta.db_pad > meta.psize - meta.header_size:
-        raise _fail(name, page, f"main DB key size field {meta.db_pad} is larger than a page "
+        raise page_error(name, page, f"main DB key size field {meta.db_pad} is larger than a page "
                                 "(damaged meta page)")
     if meta.free_depth > MAX_DEPTH:
-        raise _fail(name, page, f"free-page DB depth {meta.free_depth} is impossible (0..{MAX_DEPTH})")
+        raise page_error(name, page, f"free-page DB depth {meta.free_depth} is impossible (0..{MAX_DEPTH})")
     # LMDB 1.0 refuses to open a file whose DB roots or page counts do not fit in it.
     room = min(meta.last_pgno + 1, file_pages)
     if meta.free_root is not None and not 2 <= meta.free_root < room:
         if 2 <= meta.free_root <= meta.last_pgno:
-            raise _fail(name, page, f"free-page DB root {meta.free_root} lies past the end of the "
+            raise page_error(name, page, f"free-page DB root {meta.free_root} lies past the end of the "
                                     f"file ({file_pages} pages of {meta.psize} bytes); the file is "
                                     "truncated")
-        raise _fail(name, page, f"free-page DB root {meta.free_root} is outside pages "
+        raise page_error(name, page, f"free-page DB root {meta.free_root} is outside pages "
                                 f"2..{meta.last_pgno}")
     used = ((meta.free_pages if meta.free_root is not None else 0)
             + (meta.branch_pages + meta.leaf_pages + meta.overflow_pages
                if meta.root is not None else 0))
     if used + 2 > room:
         if used + 2 <= meta.last_pgno + 1:
-            raise _fail(name, page, f"the free-page and main DBs use {used} pages but the file has "
+            raise page_error(name, page, f"the free-page and main DBs use {used} pages but the file has "
                                     f"only {file_pages} pages of {meta.psize} bytes; the file is "
                                     "truncated")
-        raise _fail(name, page, f"the free-page and main DBs claim {used} pages, more than the "
+        raise page_error(name, page, f"the free-page and main DBs claim {used} pages, more than the "
                                 f"{room - 2} pages after the meta pages")
     if meta.root is None:
         if meta.entries or meta.depth:
-            raise _fail(name, page, f"main DB is empty (no root) but meta says {meta.entries} "
+            raise page_error(name, page, f"main DB is empty (no root) but meta says {meta.entries} "
                                     f"entries, depth {meta.depth}")
         return meta
     if meta.root < 2 or meta.root > meta.last_pgno:
-        raise _fail(name, page, f"root page {meta.root} is outside pages 2..{meta.last_pgno} "
+        raise page_error(name, page, f"root page {meta.root} is outside pages 2..{meta.last_pgno} "
                                 "(past the end of the file or a meta page)")
     if not 1 <= meta.depth <= MAX_DEPTH:
-        raise _fail(name, page, f"tree depth {meta.depth} is impossible (1..{MAX_DEPTH})")
+        raise page_error(name, page, f"tree depth {meta.depth} is impossible (1..{MAX_DEPTH})")
     if meta.leaf_pages < 1 or meta.branch_pages + meta.leaf_pages + meta.overflow_pages > meta.last_pgno:
-        raise _fail(name, page, f"page counts (branch {meta.branch_pages}, leaf {meta.leaf_pages}, "
+        raise page_error(name, page, f"page counts (branch {meta.branch_pages}, leaf {meta.leaf_pages}, "
                                 f"overflow {meta.overflow_pages}) do not fit in {meta.last_pgno + 1} pages")
     if meta.depth > 1 and meta.branch_pages < meta.depth - 1:
-        raise _fail(name, page, f"depth {meta.depth} needs at least {meta.depth - 1} branch pages, "
+        raise page_error(name, page, f"depth {meta.depth} needs at least {meta.depth - 1} branch pages, "
                                 f"meta says {meta.branch_pages}")
     if meta.db_flags & 0x04:
-        raise _fail(name, page, "main DB is DUPSORT; lmdbio reads plain key/value databases only")
+        raise page_error(name, page, "main DB is DUPSORT; lmdbio reads plain key/value databases only")
     if meta.db_flags & ~_PERSISTENT_DB_FLAGS:
-        raise _fail(name, page, f"main DB flags {meta.db_flags:#x} have bits LMDB never writes "
+        raise page_error(name, page, f"main DB flags {meta.db_flags:#x} have bits LMDB never writes "
                                 "(damaged meta page)")
     return meta
 
@@ -420,9 +420,9 @@ def past_end(meta: MetaInfo, last: int | None = None) -> str:
 def read_page(fd: int, meta: MetaInfo, pgno: int) -> bytes:
     """One page by pread; page numbers are checked against the meta and the file first."""
     if pgno < 2 or pgno > meta.last_pgno:
-        raise _fail(meta.path, pgno, f"page number is outside 2..{meta.last_pgno}")
+        raise page_error(meta.path, pgno, f"page number is outside 2..{meta.last_pgno}")
     if pgno >= meta.file_pages:
-        raise _fail(meta.path, pgno, past_end(meta))
+        raise page_error(meta.path, pgno, past_end(meta))
     return _pread_exact(fd, meta.psize, pgno * meta.psize, meta.path, pgno)
 
 
@@ -430,9 +430,9 @@ def read_pages(fd: int, meta: MetaInfo, pgno: int, count: int) -> bytes:
     """``count`` consecutive pages from ``pgno`` in one pread."""
     last = pgno + count - 1
     if pgno < 2 or last > meta.last_pgno:
-        raise _fail(meta.path, pgno, f"pages {pgno}..{last} are outside 2..{meta.last_pgno}")
+        raise page_error(meta.path, pgno, f"pages {pgno}..{last} are outside 2..{meta.last_pgno}")
     if last >= meta.file_pages:
-        raise _fail(meta.path, pgno, past_end(meta, last))
+        raise page_error(meta.path, pgno, past_end(meta, last))
     return _pread_exact(fd, meta.psize * count, pgno * meta.psize, meta.path, pgno)
 
 
@@ -448,23 +448,23 @@ def check_page(page: bytes, meta: MetaInfo, pgno: int, want_flag: int) -> PageHe
     h = page_header(page, meta.header_size)
     kind = {P_BRANCH: "branch", P_LEAF: "leaf", P_OVERFLOW: "overflow"}[want_flag]
     if h.pgno != pgno:
-        raise _fail(meta.path, pgno, f"page header says pgno {h.pgno} (zeroed or misplaced page)")
+        raise page_error(meta.path, pgno, f"page header says pgno {h.pgno} (zeroed or misplaced page)")
     if h.flags & (P_BRANCH | P_LEAF | P_OVERFLOW | P_META | P_LEAF2 | P_SUBP) != want_flag:
-        raise _fail(meta.path, pgno, f"expected a {kind} page, flags are {h.flags:#x}")
+        raise page_error(meta.path, pgno, f"expected a {kind} page, flags are {h.flags:#x}")
     if meta.format_version == 1 and h.flags & P_DIRTY:
-        raise _fail(meta.path, pgno, f"page has the DIRTY flag ({h.flags:#x}), which a committed "
+        raise page_error(meta.path, pgno, f"page has the DIRTY flag ({h.flags:#x}), which a committed "
                                      "page never has")
     if meta.format_version == 3:
         txnid = struct.unpack_from("<Q", page, 8)[0]
         if txnid > meta.txnid:
             # LMDB 1.0 takes such a page for one being written, and refuses it.
-            raise _fail(meta.path, pgno, f"page header says txnid {txnid}, newer than the "
+            raise page_error(meta.path, pgno, f"page header says txnid {txnid}, newer than the "
                                          f"database's {meta.txnid}")
     if want_flag != P_OVERFLOW:
         base = meta.pagebase
         if (h.lower & 1 or h.lower < meta.header_size - base or h.lower > h.upper
                 or h.upper + base > meta.psize):
-            raise _fail(meta.path, pgno, f"bad node table bounds lower={h.lower} upper={h.upper}")
+            raise page_error(meta.path, pgno, f"bad node table bounds lower={h.lower} upper={h.upper}")
     return h
 
 
@@ -478,7 +478,7 @@ def node_pointers(page: bytes, meta: MetaInfo, pgno: int, h: PageHeader) -> np.n
         bad = (ptr < lo) | (ptr > hi) | (ptr & 1).astype(bool)
         if bad.any():
             i = int(np.argmax(bad))
-            raise _fail(meta.path, pgno, f"node {i} offset {int(ptr[i])} is outside the node area "
+            raise page_error(meta.path, pgno, f"node {i} offset {int(ptr[i])} is outside the node area "
                                          f"{lo}..{hi} or odd")
     return ptr
 
@@ -496,13 +496,13 @@ def branch_children(page: bytes, meta: MetaInfo, pgno: int) -> np.ndarray:
     ptr = node_pointers(page, meta, pgno, h)
     if len(ptr) < 2:
         # LMDB merges a branch page that falls under two keys, and asserts on one it meets.
-        raise _fail(meta.path, pgno, f"branch page has {len(ptr)} node(s); every branch page of "
+        raise page_error(meta.path, pgno, f"branch page has {len(ptr)} node(s); every branch page of "
                                      "an LMDB main DB has at least 2")
     lo, hi, fl, ksize = _u16_fields(page, ptr)
     end = ptr + 8 + ksize
     if (end > meta.psize).any():
         i = int(np.argmax(end > meta.psize))
-        raise _fail(meta.path, pgno, f"branch node {i} key of {int(ksize[i])} bytes runs past the page end")
+        raise page_error(meta.path, pgno, f"branch node {i} key of {int(ksize[i])} bytes runs past the page end")
     return lo | (hi << 16) | (fl << 32)
 
 
@@ -538,36 +538,36 @@ def leaf_table(pages: np.ndarray, pgnos: np.ndarray, meta: MetaInfo) -> tuple[Le
     bad = own != pgnos.astype(np.uint64)
     if bad.any():
         i = int(np.argmax(bad))
-        raise _fail(meta.path, int(pgnos[i]), f"page header says pgno {int(own[i])} "
+        raise page_error(meta.path, int(pgnos[i]), f"page header says pgno {int(own[i])} "
                                                "(zeroed or misplaced page)")
     bad = kinds != P_LEAF
     if bad.any():
         i = int(np.argmax(bad))
-        raise _fail(meta.path, int(pgnos[i]), f"expected a leaf page, flags are {int(flags[i]):#x}")
+        raise page_error(meta.path, int(pgnos[i]), f"expected a leaf page, flags are {int(flags[i]):#x}")
     if meta.format_version == 1:
         bad = (flags & P_DIRTY) != 0
         if bad.any():
             i = int(np.argmax(bad))
-            raise _fail(meta.path, int(pgnos[i]), f"page has the DIRTY flag ({int(flags[i]):#x}), "
+            raise page_error(meta.path, int(pgnos[i]), f"page has the DIRTY flag ({int(flags[i]):#x}), "
                                                    "which a committed page never has")
     if meta.format_version == 3:
         txnids = np.ascontiguousarray(pages[:, 8:16]).view("<u8").ravel()
         bad = txnids > meta.txnid
         if bad.any():
             i = int(np.argmax(bad))
-            raise _fail(meta.path, int(pgnos[i]), f"page header says txnid {int(txnids[i])}, newer "
+            raise page_error(meta.path, int(pgnos[i]), f"page header says txnid {int(txnids[i])}, newer "
                                                    f"than the database's {meta.txnid}")
     bad = (lower & 1).astype(bool) | (lower < hdr - base) | (lower > upper) | (upper + base > psize)
     if bad.any():
         i = int(np.argmax(bad))
-        raise _fail(meta.path, int(pgnos[i]), f"bad node table bounds lower={int(lower[i])} "
+        raise page_error(meta.path, int(pgnos[i]), f"bad node table bounds lower={int(lower[i])} "
                                                f"upper={int(upper[i])}")
     counts = (lower - (hdr - base)) // 2
     bad = counts == 0
     if bad.any():
         # LMDB never keeps an empty leaf in a tree (an empty DB has no root), and its
         # cursor would read node 0 of one anyway.
-        raise _fail(meta.path, int(pgnos[int(np.argmax(bad))]), "leaf page has no nodes")
+        raise page_error(meta.path, int(pgnos[int(np.argmax(bad))]), "leaf page has no nodes")
     total = int(counts.sum())
     page_of = np.repeat(np.arange(npg, dtype=np.int64), counts)
     first = np.cumsum(counts) - counts
@@ -576,7 +576,7 @@ def leaf_table(pages: np.ndarray, pgnos: np.ndarray, meta: MetaInfo) -> tuple[Le
     bad = (ptr < np.repeat(upper, counts) + base) | (ptr > psize - 8) | (ptr & 1).astype(bool)
     if bad.any():
         i = int(np.argmax(bad))
-        raise _fail(meta.path, int(pgnos[page_of[i]]), f"node {int(slot[i])} offset {int(ptr[i])} "
+        raise page_error(meta.path, int(pgnos[page_of[i]]), f"node {int(slot[i])} offset {int(ptr[i])} "
                                                         "is outside the node area or odd")
     flat = words.reshape(-1)
     w = page_of * (psize // 2) + ptr // 2
@@ -587,7 +587,7 @@ def leaf_table(pages: np.ndarray, pgnos: np.ndarray, meta: MetaInfo) -> tuple[Le
     data_pos = kend + (kend & 1) if meta.format_version == 3 else kend
     if (fl & F_DUPDATA).any():
         i = int(np.argmax((fl & F_DUPDATA) != 0))
-        raise _fail(meta.path, int(pgnos[page_of[i]]), "DUPSORT node in the main DB; lmdbio reads "
+        raise page_error(meta.path, int(pgnos[page_of[i]]), "DUPSORT node in the main DB; lmdbio reads "
                                                         "plain key/value databases only")
     if (fl & F_SUBDATA).any():
         raise _subdatabases(pages, page_of, ptr, ksize, fl, pgnos, meta)
@@ -596,7 +596,7 @@ def leaf_table(pages: np.ndarray, pgnos: np.ndarray, meta: MetaInfo) -> tuple[Le
     bad = data_pos + field > psize
     if bad.any():
         i = int(np.argmax(bad))
-        raise _fail(meta.path, int(pgnos[page_of[i]]),
+        raise page_error(meta.path, int(pgnos[page_of[i]]),
                     f"leaf node {int(slot[i])} (key {int(ksize[i])} bytes, data {int(field[i])} "
                     f"bytes at {int(data_pos[i])}) runs past the page end")
     ov = np.full(total, -1, dtype=np.int64)
@@ -607,7 +607,7 @@ def leaf_table(pages: np.ndarray, pgnos: np.ndarray, meta: MetaInfo) -> tuple[Le
         bad = (pg < 2) | (pg > meta.last_pgno)
         if bad.any():
             i = int(np.flatnonzero(big)[np.argmax(bad)])
-            raise _fail(meta.path, int(pgnos[page_of[i]]),
+            raise page_error(meta.path, int(pgnos[page_of[i]]),
                         f"leaf node {int(slot[i])}: overflow value at page {int(pg[np.argmax(bad)])} "
                         f"is outside 2..{meta.last_pgno}")
         ov[big] = pg.astype(np.int64)
@@ -633,7 +633,7 @@ def _subdatabases(pages, page_of, ptr, ksize, fl, pgnos, meta) -> LmdbFormatErro
     plain = len(fl) - len(sub)
     also = (f"; the same leaf pages also hold {plain} plain record(s), refused with them"
             if plain else "")
-    return _fail(meta.path, int(pgnos[page_of[sub[0]]]),
+    return page_error(meta.path, int(pgnos[page_of[sub[0]]]),
                  f"the main database holds named sub-database(s) "
                  f"{', '.join(map(repr, names))}{more}{also}. lmdbio reads the records of the "
                  "main (unnamed) database only, and would deliver each sub-database's 48-byte "

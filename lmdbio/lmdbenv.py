@@ -444,6 +444,33 @@ class CursorWalker:
         self.walked += count
         return out
 
+    def step_back(self, count: int) -> None:
+        """Walk ``count`` records back with ``prev()`` (wrapping at the start)."""
+        self.check_size()
+        prev, last = self.cursor.prev, self.cursor.last
+        try:
+            for _ in range(count):
+                if not prev():
+                    last()
+        except self._lmdb_error as exc:
+            raise lmdb_error(exc, self.path, f"stepping back from record {self.pos}") from exc
+        self.pos = (self.pos - count) % self.n
+        self.walked += count
+
+    def take_runs(self, runs) -> list:
+        """Each (first, count) run's values, walking the cursor to it: forward with ``next()``,
+        or back with ``prev()`` when the run starts a little behind (an epoch's last batch,
+        the next epoch's start), never around the whole file for that."""
+        values = []
+        for first, count in runs:
+            back = (self.pos - first) % self.n
+            if 0 < back < self.n // 2:
+                self.step_back(back)
+            else:
+                self.skip_to(first)
+            values += self.take(count)
+        return values
+
     def map_base(self, psize: int, header_size: int) -> int | None:
         """The address at which LMDB mapped page 0 of the file, or None if it cannot be told.
 

@@ -25,7 +25,7 @@ VARIANTS = (
 #: (``lmdbio-direct``), and ``auto``, which picks by file system (see :func:`choose_auto`).
 EXTRA_VARIANTS = ("lmdb-get", "lmdbio-direct", "auto")
 
-LOCATES = ("walk", "ring", "index", "provenance", "key")
+LOCATES = ("walk", "ring", "index", "provenance", "prov-or-index", "key")
 FETCHES = ("mmap", "pread")
 
 
@@ -38,14 +38,16 @@ class Options:
             records through MPI-3 shared memory. False: every rank reads its
             own records (:class:`lmdbio.pipeline.distribute.Private`): Caffe's cursor walk (``lmdb``),
             ``txn.get`` per key (``lmdb-get``: locate ``key``) or direct
-            reads (``lmdbio-direct``: locate ``index``/``provenance``, fetch
+            reads (``lmdbio-direct``: locate ``prov-or-index``, fetch
             ``pread``, coalescing a rank's own batches).
         locate: how a reader finds its records: ``walk`` (cursor ``next()``
             from where it is, skipping other readers' records), ``ring`` (DM's
             portable-cursor ring: walk only its own records), ``index``
             (DIO: byte extents from a record index built once and
             scattered) or ``provenance`` (PROV: extents computed from the
-            provenance sidecar, no traversal).
+            provenance sidecar, no traversal): node readers (LMM). Per rank,
+            ``prov-or-index`` (``lmdbio-direct``): the sidecar where it is
+            current and passes every rank's check, else the record index.
         fetch: ``mmap`` (copy values out of LMDB's map) or ``pread``
             (DIO: explicit reads straight into shared memory).
         speculative: DM. Ask the kernel for the predicted pages before the walk.
@@ -69,11 +71,11 @@ class Options:
             raise ConfigurationError(f"locate must be one of {LOCATES}, got {self.locate!r}")
         if self.fetch not in FETCHES:
             raise ConfigurationError(f"fetch must be one of {FETCHES}, got {self.fetch!r}")
-        pread_locates = ("index", "provenance")
+        pread_locates = ("index", "provenance", "prov-or-index")
         if self.fetch == "pread" and self.locate not in pread_locates:
             raise ConfigurationError(
-                f"direct reads (fetch='pread') need byte extents: locate must be 'index' or "
-                f"'provenance', not {self.locate!r}")
+                f"direct reads (fetch='pread') need byte extents: locate must be 'index', "
+                f"'provenance' or 'prov-or-index', not {self.locate!r}")
         if self.fetch == "mmap" and self.locate in pread_locates:
             raise ConfigurationError(
                 f"locate={self.locate!r} gives byte extents for direct reads; use fetch='pread' "
@@ -85,6 +87,15 @@ class Options:
         if self.locate == "key" and (self.localized or self.fetch != "mmap"):
             raise ConfigurationError("locate='key' (txn.get per record) is the per-rank lmdb-get "
                                      "pattern: use localized=False, fetch='mmap'")
+        if self.localized and self.locate == "prov-or-index":
+            raise ConfigurationError("locate='prov-or-index' is lmdbio-direct's per-rank locator "
+                                     "(localized=False); node readers locate with 'index' (DIO) "
+                                     "or 'provenance' (PROV)")
+        if not self.localized and self.locate in ("index", "provenance"):
+            raise ConfigurationError(
+                f"per-rank direct reads (localized=False) locate with 'prov-or-index' "
+                f"(lmdbio-direct: the sidecar where current, else the index), not {self.locate!r}; "
+                "locate='index' and 'provenance' are node readers' (localized=True)")
         if not self.localized and (self.locate == "ring" or self.speculative or self.stagger_size):
             raise ConfigurationError(
                 "per-rank reading (localized=False: the lmdb and lmdb-get baselines, lmdbio-direct) "
@@ -100,7 +111,7 @@ class Options:
     def name(self) -> str:
         """The paper's name for these options, or a descriptive one."""
         if not self.localized:
-            return {"walk": "lmdb", "key": "lmdb-get"}.get(self.locate, "lmdbio-direct")
+            return {"walk": "lmdb", "key": "lmdb-get", "prov-or-index": "lmdbio-direct"}[self.locate]
         parts = ["lmdbio", "lmm"]
         if self.locate == "ring":
             parts.append("dm")
@@ -140,8 +151,7 @@ def parse_variant(name: str, *, coalesce_bytes: int | None = None,
     if key == "lmdb-get":
         return Options(localized=False, locate="key")
     if key == "lmdbio-direct":
-        # The index; the Reader uses the provenance sidecar instead where it is current.
-        return Options(localized=False, locate="index", fetch="pread",
+        return Options(localized=False, locate="prov-or-index", fetch="pread",
                        coalesce_bytes=coalesce_bytes or DEFAULT_COALESCE_BYTES)
     if key == "auto":
         raise ConfigurationError("variant 'auto' is chosen per file system when the Reader opens "

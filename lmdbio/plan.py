@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Layout", "positions_touched", "positions_runs", "chunk_runs", "coalesce_batches",
+__all__ = ["Stream", "EpochSchedule", "Schedule", "positions_touched", "positions_runs", "chunk_runs", "coalesce_batches",
            "plan_extents", "slot_bytes", "record_indices", "stream_block", "runs_of"]
 
 
@@ -92,55 +92,74 @@ def runs_of(positions: np.ndarray) -> list[tuple[int, int]]:
 
 
 @dataclass(frozen=True)
-class Layout:
-    """One reader's share of every batch: ``count`` records from offset ``lo``, ``k`` batches
-    per chunk, of a snapshot of ``n`` records read in global batches of ``batch``.
-
-    Without ``rows`` the batches are the endless stream (batch t holds positions
-    ``(t*B + j) mod n``). With ``rows`` (an epoch, :mod:`lmdbio.pipeline.epoch`) batch
-    ``t`` holds ``rows[t - t0]``: any positions, so locators look them up rather than
-    compute them.
-    """
+class Stream:
+    """The endless stream's schedule for one reader: batch t holds positions ``(t*B + j) mod n``
+    of a snapshot of ``n`` records read in global batches of ``batch``; this reader reads
+    ``count`` of them from offset ``lo`` in each batch, ``k`` batches per pipeline chunk."""
 
     n: int
     batch: int
     lo: int
     count: int
     k: int = 1
-    rows: np.ndarray | None = field(default=None, compare=False, repr=False)
-    t0: int = 0
 
     def positions(self, t: int) -> np.ndarray:
         """The positions this reader reads in batch ``t`` (int64, in delivery order)."""
-        if self.rows is None:
-            return record_indices(self.first(t), self.count, self.n)
+        return record_indices(t * self.batch + self.lo, self.count, self.n)
+
+    def chunk_positions(self, chunk: int) -> np.ndarray:
+        """The positions this reader reads in ``chunk`` (its ``k`` batches), in order."""
+        return stream_block(chunk * self.k, self.k, self.batch, self.lo, self.count, self.n).ravel()
+
+    def runs(self, chunk: int) -> list[tuple[int, int]]:
+        """``chunk``'s positions as (first, length) runs of consecutive records."""
+        return chunk_runs(chunk, self.k, self.batch, self.lo, self.count, self.n)
+
+    def touched(self) -> np.ndarray:
+        """Every position this reader ever reads, ascending."""
+        return positions_touched(self.n, self.batch, self.lo, self.count)
+
+    def epoch(self, rows: np.ndarray, t0: int) -> "EpochSchedule":
+        """The schedule of an epoch whose batch ``t`` holds ``rows[t - t0]``."""
+        return EpochSchedule(self, rows, t0)
+
+
+@dataclass(frozen=True, eq=False)
+class EpochSchedule:
+    """An epoch's schedule for one reader: batch ``t`` holds ``rows[t - t0]`` (any positions,
+    :mod:`lmdbio.pipeline.epoch`), of which this reader reads the stream's ``count`` from
+    ``lo``; ``k`` batches per chunk as in the stream it interrupts."""
+
+    stream: Stream
+    rows: np.ndarray = field(repr=False)
+    t0: int = 0
+
+    n = property(lambda self: self.stream.n)
+    batch = property(lambda self: self.stream.batch)
+    lo = property(lambda self: self.stream.lo)
+    count = property(lambda self: self.stream.count)
+    k = property(lambda self: self.stream.k)
+
+    def positions(self, t: int) -> np.ndarray:
+        """The positions this reader reads in batch ``t`` (int64, in delivery order)."""
         return self.rows[t - self.t0, self.lo:self.lo + self.count]
 
     def chunk_positions(self, chunk: int) -> np.ndarray:
         """The positions this reader reads in ``chunk`` (its ``k`` batches), in order."""
-        if self.rows is None:
-            return stream_block(chunk * self.k, self.k, self.batch, self.lo, self.count,
-                                self.n).ravel()
-        ts = range(chunk * self.k, chunk * self.k + self.k)
-        return np.concatenate([self.positions(t) for t in ts])
-
-    def first(self, t: int) -> int:
-        """Position of the reader's first record in batch ``t`` (stream: not reduced mod n)."""
-        if self.rows is None:
-            return t * self.batch + self.lo
-        return int(self.rows[t - self.t0, self.lo])
+        i = chunk * self.k - self.t0
+        return np.ascontiguousarray(self.rows[i:i + self.k, self.lo:self.lo + self.count]).ravel()
 
     def runs(self, chunk: int) -> list[tuple[int, int]]:
-        if self.rows is None:
-            return chunk_runs(chunk, self.k, self.batch, self.lo, self.count, self.n)
+        """``chunk``'s positions as (first, length) runs of consecutive records."""
         return runs_of(self.chunk_positions(chunk))
 
     def touched(self) -> np.ndarray:
-        """Every position this reader ever reads, ascending (an epoch's order can put any
-        record anywhere, so: all of them)."""
-        if self.rows is not None:
-            return np.arange(self.n, dtype=np.int64)
-        return positions_touched(self.n, self.batch, self.lo, self.count)
+        """Every position an epoch may read: its order can put any record anywhere."""
+        return np.arange(self.n, dtype=np.int64)
+
+
+#: What a locator reads from: the endless stream or an epoch.
+Schedule = Stream | EpochSchedule
 
 
 def plan_extents(offsets: np.ndarray, sizes: np.ndarray, max_gap: int = 64 << 10):

@@ -297,7 +297,7 @@ class Provenance:
     def _check_leaves(self, fd: int, meta: fmt.MetaInfo, kb: np.ndarray, offs: np.ndarray,
                       sizes: np.ndarray) -> tuple[int, str] | None:
         """Leaves ``kb`` (ascending pages) against the sidecar: the first bad record, or None."""
-        from .recordindex import _pread_pages
+        from .recordindex import pread_pages
 
         ps, hdr = meta.psize, meta.header_size
         pg = self.leaf_pgnos[kb].astype(np.int64)
@@ -309,7 +309,7 @@ class Provenance:
             return int(lo[j]), (f"leaf {int(kb[j])} (records from {int(lo[j])}): the sidecar says "
                                 f"leaf page {int(pg[j])}, which is not a page of the tree "
                                 f"(2..{meta.last_pgno}, file of {meta.file_pages} pages)")
-        raw = b"".join(_pread_pages(fd, meta, pg))
+        raw = b"".join(pread_pages(fd, meta, pg))
         leaves = np.frombuffer(raw, dtype=np.uint8).reshape(len(pg), ps)
         try:
             nodes, cnt = fmt.leaf_table(leaves, pg, meta)
@@ -523,7 +523,7 @@ def _tree_leaves(fd: int, meta: fmt.MetaInfo) -> tuple[np.ndarray, int]:
     Bounded like :func:`lmdbio.recordindex.build_index`'s walk (the meta's page
     counts), so a damaged tree is one LmdbFormatError, never a hang.
     """
-    from .recordindex import _pread_pages
+    from .recordindex import pread_pages
 
     if meta.root is None:
         return np.zeros(0, np.int64), 0
@@ -533,22 +533,22 @@ def _tree_leaves(fd: int, meta: fmt.MetaInfo) -> tuple[np.ndarray, int]:
     for _ in range(meta.depth - 1):
         bad = (level < 2) | (level > meta.last_pgno) | (level >= meta.file_pages)
         if bad.any():
-            raise fmt._fail(meta.path, int(level[int(np.argmax(bad))]),
+            raise fmt.page_error(meta.path, int(level[int(np.argmax(bad))]),
                             f"branch page number is outside the file's pages 2..{meta.last_pgno}")
         branches += len(level)
         if branches > budget:
-            raise fmt._fail(meta.path, meta.root, f"the tree has more than the meta's {budget} "
+            raise fmt.page_error(meta.path, meta.root, f"the tree has more than the meta's {budget} "
                                                   "branch+leaf pages (cycle or damaged branch)")
-        raw = b"".join(_pread_pages(fd, meta, level))
+        raw = b"".join(pread_pages(fd, meta, level))
         ps = meta.psize
         level = np.concatenate([fmt.branch_children(raw[i * ps:(i + 1) * ps], meta, pgno)
                                 for i, pgno in enumerate(level.tolist())])
         if branches + len(level) > budget:
-            raise fmt._fail(meta.path, meta.root, f"the tree has more than the meta's {budget} "
+            raise fmt.page_error(meta.path, meta.root, f"the tree has more than the meta's {budget} "
                                                   "branch+leaf pages (cycle or damaged branch)")
     if branches != meta.branch_pages or len(level) != meta.leaf_pages \
             or len(np.unique(level)) != len(level):
-        raise fmt._fail(meta.path, meta.root, f"the tree has {branches} branch and {len(level)} "
+        raise fmt.page_error(meta.path, meta.root, f"the tree has {branches} branch and {len(level)} "
                                               f"leaf pages ({len(np.unique(level))} distinct), the "
                                               f"meta says {meta.branch_pages} and "
                                               f"{meta.leaf_pages} (damaged tree or meta)")

@@ -3,22 +3,19 @@ collective protocol (arguments and ``auto``, topology, snapshot agreement, bound
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
-import time
 
 import numpy as np
 from mpi4py import MPI
 
 from .batch import Batch
-from .collective import (EXIT_TIMEOUT, agree, allgather, check_settings, collective,
+from .collective import (EXIT_TIMEOUT, abort_job, agree, allgather, check_settings, collective,
                          default_on_error, exit_timeout, release_comms)
 from .errors import ConfigurationError, LmdbioError, PeerError, PeerTimeoutError, SnapshotError
 from .format import db_file, read_meta
 from .metrics import PhaseRecorder, totals_snapshot, with_total
 from .options import Options, check_batch_size, parse_variant, resolve_variant
-from .pipeline import EpochPlan, Pipeline
+from .pipeline import EpochPlan, Iteration, Pipeline
 from .topology import Topology, check_node_args, make_topology, node_number
 from .waiting import timeout
 
@@ -107,14 +104,12 @@ class Reader:
         self.lock: bool | None = None   # LMDB reader lock held (None: this rank opens no env)
         self.rec = PhaseRecorder(self.rank, enabled=measure)
         self._totals0 = totals_snapshot()
-        self._t = 0
         self._missing: list[int] = []
         self.topology: Topology | None = None
         self.pipe: Pipeline | None = None
-        self._epoch = 0
-        self._pf = None   # the epoch's Prefetch, while one runs
-        self._live = None   # (token, epoch number) of the epoch whose iterator is alive
-        self._taken: tuple[int, int] | None = None   # (epoch, batches taken) of the last epoch
+        self._epoch = 0   # what ``for b in reader`` reads (set_epoch)
+        #: Where this Reader is: the next batch, the live epoch and its prefetch (set up below).
+        self.it: Iteration | None = None
         self._deferred: LmdbioError | None = None   # raised by the next call (an epoch's end)
 
         def check_args():
@@ -166,6 +161,7 @@ class Reader:
                 mean_size = max(1.0, m.file_size / max(1, m.entries))
                 #: Batches per chunk (COAL); the bench starts timing on a multiple of it.
                 self.coalesce = self.pipe.setup(self.n, self.batch_size, mean_size, row)
+            self.it = Iteration(self.pipe.stream)
         except BaseException as exc:
             if self.nprocs > 1 and not isinstance(exc, Exception):
                 self._interrupted_setup(exc)
@@ -190,7 +186,7 @@ class Reader:
             print(f"lmdbio: error: rank {self.rank}: {type(exc).__name__} while the Reader was being "
                   f"set up; rank(s) {self._missing} are inside a setup step that cannot time out: "
                   "aborting the job so no rank waits forever", file=sys.stderr, flush=True)
-            _abort_job(self.comm, exc)
+            abort_job(self.comm, exc)
 
     def _open_agreed(self, tries: int = 20) -> None:
         """Open the database on the ranks that read it, all at one snapshot. Collective.
@@ -225,22 +221,27 @@ class Reader:
         """This rank's share of the next global batch of the endless stream (batch t holds
         positions ``(t*B + j) mod N``); between epochs it goes on after the last epoch's rows."""
         self._check_usable()
-        if self._live is not None:
+        if self.it.live is not None:
             raise ConfigurationError(
-                f"epoch {self._live[1]} is in progress on this Reader: take its batches from its "
+                f"epoch {self.it.live.number} is in progress on this Reader: take its batches from its "
                 "iterator, or close that iterator (it.close()) before calling read_batch()")
         return self._next()
 
     def _next(self) -> Batch:
+        it = self.it
         try:
-            batch = self._pf.next() if self._pf is not None else self.pipe.read(self._t, self.rec)
+            if it.prefetch is not None:
+                batch = it.prefetch.next()
+            else:
+                live = it.live
+                batch = self.pipe.read(it.t, it.schedule, live.rows if live else None, self.rec)
         except Exception as exc:
             # Tell the reader group at once, so its ranks stop waiting for us.
             self._abandon()
             if not self._in_with:
                 self._fail(exc)
             raise   # inside ``with``: __exit__ decides, with the other ranks
-        self._t += 1
+        it.took()
         return batch
 
     def _check_usable(self) -> None:
@@ -265,28 +266,24 @@ class Reader:
         self._check_usable()
         token = object()
         rows = self._start_epoch(e, token)
-        t0 = self._t
-        taken = 0
         try:
             for _ in range(rows.batches):
-                batch = self._next()
-                taken += 1
-                yield batch
+                yield self._next()
         finally:
-            if self._live is not None and self._live[0] is token:
-                self._end_epoch(e, t0, len(rows.rows), taken)
+            if self.it is not None and self.it.is_live(token):
+                self._end_epoch()
 
     def _start_epoch(self, e: int, token):
         """Agree with every rank on epoch ``e``'s start, then lay out its rows. Collective."""
-        k = self.pipe.layout.k
-        t0 = -(-self._t // k) * k   # epochs start on a chunk
+        it = self.it
+        t0 = it.next_start()   # epochs start on a chunk
         problem = None
-        if self._live is not None:
-            problem = (f"epoch {self._live[1]} is still in progress on this Reader (its iterator "
+        if it.live is not None:
+            problem = (f"epoch {it.live.number} is still in progress on this Reader (its iterator "
                        f"is alive): finish it or close it (it.close()) before starting epoch {e}")
         elif isinstance(e, bool) or not isinstance(e, (int, np.integer)) or e < 0:
             problem = f"epoch must be an int >= 0, got {e!r}"
-        views = allgather(self.comm, (problem, e, t0, self._taken),
+        views = allgather(self.comm, (problem, e, t0, it.last),
                           what=f"the start of epoch {e}")
         bad = [(r, v[0]) for r, v in enumerate(views) if v[0] is not None]
         if bad:
@@ -301,32 +298,20 @@ class Reader:
                 f"rank {self.rank}: the ranks parted ways before epoch {e} ({where}): every rank "
                 "must iterate the same epochs and take the same number of batches of each "
                 "(break out of an epoch at the same batch on every rank)")
-        rows = collective(self.comm, self.pipe.start_epoch, int(e), t0, self.rec)
-        self._t = t0
-        self._live = (token, int(e))
-        self._pf = self.pipe.prefetch(t0, t0 + rows.batches, self.rec)
+        rows, schedule = collective(self.comm, self.pipe.start_epoch, int(e), t0, self.rec)
+        it.begin(token, int(e), rows, schedule, t0,
+                 self.pipe.prefetch(t0, t0 + rows.batches, schedule, rows, self.rec))
         return rows
 
-    def _end_epoch(self, e: int, t0: int, nrows: int, taken: int) -> None:
+    def _end_epoch(self) -> None:
         """Local: stop reading ahead (every rank's thread reads to the same bound), go back
         to the stream after the epoch's last row. A problem is raised by the next call."""
-        self._live = None
-        self._taken = (int(e), taken)
         try:
-            self._stop_prefetch(drain=True)
+            self.it.end(drain=True)
         except LmdbioError as exc:
             self._deferred = exc
         finally:
             self.pipe.end_epoch()
-            self._t = max(self._t, t0 + nrows)
-
-    def _stop_prefetch(self, drain: bool = False) -> None:
-        pf, self._pf = self._pf, None
-        if pf is not None:
-            # ``drain``: the thread reads on to its bound (the same on every rank that took
-            # the same batches), so every reader reads the same chunks and the hand-offs
-            # between ranks (shared slots, DM's ring, STAG's turns) stay in step.
-            pf.close(drain=drain)
 
     def set_epoch(self, e: int) -> None:   # as DistributedSampler's: what ``for b in reader`` reads
         self._epoch = e
@@ -345,7 +330,7 @@ class Reader:
         if self._on_error == "abort" and self.nprocs > 1:
             print(f"lmdbio: error: rank {self.rank}: {type(exc).__name__}: {exc}; "
                   "aborting the job so no rank waits forever", file=sys.stderr, flush=True)
-            _abort_job(self.comm, exc)
+            abort_job(self.comm, exc)
 
     # ------------------------------------------------------------- results
     def stats(self) -> list[dict]:
@@ -384,12 +369,14 @@ class Reader:
         if self._closed:
             return True, [], None
         self._closed = True
-        self._live = None   # an epoch iterator dropped later must not touch the closed pipeline
+        it = self.it
         problem = None
         try:
-            self._stop_prefetch()
+            if it is not None:
+                it.live = None   # an epoch iterator dropped later must not touch the closed pipeline
+                it.stop_prefetch()
             if self.pipe is not None:
-                self.pipe.finish(failed, self._t)
+                self.pipe.finish(failed, it.t if it is not None else 0)
         except Exception as exc:  # noqa: BLE001 - still let go of everything below
             problem, failed = exc, True
         present, failed_ranks = self._agree(failed, limit)
@@ -444,16 +431,3 @@ class Reader:
             self._fail(exc)
         # Every rank came (or on_error="raise"): the exception propagates.
 
-
-def _abort_job(comm, exc: BaseException) -> None:
-    """End the whole job: 130 (128 + SIGINT) for a Ctrl-C, as a shell reports it; 1 otherwise.
-
-    The half-second pause lets the launcher forward the message just printed
-    before it tears the job down. A second Ctrl-C during it (users press it
-    again) must not stop the abort halfway and leave the other ranks waiting,
-    so the main thread ignores SIGINT from here on.
-    """
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    time.sleep(0.5)
-    comm.Abort(130 if isinstance(exc, KeyboardInterrupt) else 1)

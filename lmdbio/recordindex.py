@@ -22,7 +22,7 @@ from . import format as fmt
 from . import verified
 from .errors import ConfigurationError, LmdbFormatError, SnapshotError
 
-__all__ = ["RecordIndex", "Snapshot", "build_index", "check_tree", "open_snapshot"]
+__all__ = ["RecordIndex", "Snapshot", "build_index", "check_tree", "open_snapshot", "pread_pages"]
 
 # Leaf pages decoded per numpy batch: bounds memory (psize * batch) and keeps arrays large.
 _LEAF_BATCH = 2048
@@ -101,45 +101,45 @@ def _walk(fd: int, meta: fmt.MetaInfo) -> RecordIndex:
         nxt = []
         for pgno in level.tolist():
             if pgno in visited:
-                raise fmt._fail(name, pgno, "page is reached twice (a cycle or shared child)")
+                raise fmt.page_error(name, pgno, "page is reached twice (a cycle or shared child)")
             visited.add(pgno)
             if len(visited) > budget:
-                raise fmt._fail(name, pgno, f"walk visits more than the {budget} branch+leaf pages "
+                raise fmt.page_error(name, pgno, f"walk visits more than the {budget} branch+leaf pages "
                                             "the meta records (cycle or damaged branch)")
             page = fmt.read_page(fd, meta, pgno)
             nxt.append(fmt.branch_children(page, meta, pgno))
             branches += 1
         level = np.concatenate(nxt)
         if len(visited) + len(level) > budget:
-            raise fmt._fail(name, int(level[0]), f"branch pages at depth {depth + 1} point to "
+            raise fmt.page_error(name, int(level[0]), f"branch pages at depth {depth + 1} point to "
                                                  f"{len(level)} children, more than the meta's "
                                                  f"{budget} branch+leaf pages")
     if branches != meta.branch_pages:
-        raise fmt._fail(name, meta.root, f"walk found {branches} branch pages, meta says "
+        raise fmt.page_error(name, meta.root, f"walk found {branches} branch pages, meta says "
                                          f"{meta.branch_pages} (damaged tree or meta)")
     leaves = level
     if len(leaves) != meta.leaf_pages:
-        raise fmt._fail(name, meta.root, f"walk found {len(leaves)} leaf pages, meta says "
+        raise fmt.page_error(name, meta.root, f"walk found {len(leaves)} leaf pages, meta says "
                                          f"{meta.leaf_pages} (damaged tree or meta)")
     bad = (leaves < 2) | (leaves > meta.last_pgno)
     if bad.any():
         i = int(np.argmax(bad))
-        raise fmt._fail(name, int(leaves[i]), f"leaf page number is outside 2..{meta.last_pgno}")
+        raise fmt.page_error(name, int(leaves[i]), f"leaf page number is outside 2..{meta.last_pgno}")
     bad = leaves >= meta.file_pages
     if bad.any():
-        raise fmt._fail(name, int(leaves[int(np.argmax(bad))]), fmt.past_end(meta))
+        raise fmt.page_error(name, int(leaves[int(np.argmax(bad))]), fmt.past_end(meta))
     dup = np.intersect1d(leaves, np.fromiter(visited, np.int64, len(visited)))
     uniq, seen = np.unique(leaves, return_counts=True)
     if len(dup) or len(uniq) != len(leaves):
         bad = int(dup[0]) if len(dup) else int(uniq[np.argmax(seen > 1)])
-        raise fmt._fail(name, bad, "page is reached twice (a cycle or shared child)")
+        raise fmt.page_error(name, bad, "page is reached twice (a cycle or shared child)")
 
     psize, hdr = meta.psize, meta.header_size
     offs, sizes, counts = [], [], []
     ov_total = 0
     for b in range(0, len(leaves), _LEAF_BATCH):
         chunk = leaves[b:b + _LEAF_BATCH]
-        raw = b"".join(_pread_pages(fd, meta, chunk))
+        raw = b"".join(pread_pages(fd, meta, chunk))
         pages = np.frombuffer(raw, dtype=np.uint8).reshape(len(chunk), psize)
         nodes, cnt = fmt.leaf_table(pages, chunk, meta)
         big = (nodes.flags & fmt.F_BIGDATA) != 0
@@ -156,7 +156,7 @@ def _walk(fd: int, meta: fmt.MetaInfo) -> RecordIndex:
                 where = (f"lies outside 2..{meta.last_pgno}" if end[j] > meta.last_pgno or ov[j] < 2
                          else f"ends past the end of the file ({meta.file_pages} pages of "
                               f"{meta.psize} bytes); the file is truncated")
-                raise fmt._fail(name, pg, f"overflow value at pages {int(ov[j])}..{int(end[j])} "
+                raise fmt.page_error(name, pg, f"overflow value at pages {int(ov[j])}..{int(end[j])} "
                                           f"{where}")
             ov_total += int(npages.sum())
         offs.append(off)
@@ -166,12 +166,12 @@ def _walk(fd: int, meta: fmt.MetaInfo) -> RecordIndex:
     size_arr = np.concatenate(sizes)
     counts_arr = np.concatenate(counts)
     if len(offsets) != meta.entries:
-        raise fmt._fail(name, meta.root, f"walk found {len(offsets)} records, meta says "
+        raise fmt.page_error(name, meta.root, f"walk found {len(offsets)} records, meta says "
                                          f"{meta.entries} entries (damaged tree or meta)")
     # LMDB reuses a value's overflow pages in place for a smaller value, so the
     # meta's count may exceed what the sizes need; never the other way round.
     if ov_total > meta.overflow_pages:
-        raise fmt._fail(name, meta.root, f"values use {ov_total} overflow pages, meta says "
+        raise fmt.page_error(name, meta.root, f"values use {ov_total} overflow pages, meta says "
                                          f"{meta.overflow_pages} (damaged leaf or meta)")
     starts = np.zeros(len(leaves) + 1, np.int64)
     np.cumsum(counts_arr, out=starts[1:])
@@ -179,7 +179,7 @@ def _walk(fd: int, meta: fmt.MetaInfo) -> RecordIndex:
                        branches + len(leaves), leaves, starts)
 
 
-def _pread_pages(fd: int, meta: fmt.MetaInfo, pgnos: np.ndarray) -> list[bytes]:
+def pread_pages(fd: int, meta: fmt.MetaInfo, pgnos: np.ndarray) -> list[bytes]:
     """Pages by pread, runs of consecutive page numbers in one call."""
     psize = meta.psize
     out = []
@@ -191,7 +191,7 @@ def _pread_pages(fd: int, meta: fmt.MetaInfo, pgnos: np.ndarray) -> list[bytes]:
             j += 1
         buf = os.pread(fd, psize * (j - i), p[i] * psize)
         if len(buf) != psize * (j - i):
-            raise fmt._fail(meta.path, p[i], "the file ends inside the page (it shrank while "
+            raise fmt.page_error(meta.path, p[i], "the file ends inside the page (it shrank while "
                                              "being read); the file is truncated")
         out.append(buf)
         i = j

@@ -46,7 +46,7 @@ import numpy as np
 
 from .errors import ConfigurationError
 
-__all__ = ["POLICIES", "DEFAULT_POLICY", "MODES", "epoch_order", "shard_order", "position_ranks",
+__all__ = ["POLICIES", "check_count", "DEFAULT_POLICY", "MODES", "epoch_order", "shard_order", "position_ranks",
            "record_windows", "num_batches", "global_batches", "rank_batches", "mean_batch_distance",
            "adjacent_fraction", "mean_share_distance", "position_correlation", "randomness_table",
            "format_table", "mode_table", "format_mode_table"]
@@ -56,7 +56,7 @@ DEFAULT_POLICY = "short"
 MODES = ("window", "shard")
 
 
-def _count(name: str, value, minimum: int) -> int:
+def check_count(name: str, value, minimum: int) -> int:
     """``value`` as an int, or ConfigurationError naming ``name`` and what it may be."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ConfigurationError(f"{name} must be an integer >= {minimum}, got {value!r} "
@@ -82,7 +82,7 @@ def epoch_order(n: int, chunk: int, window: int, seed: int, epoch: int) -> np.nd
         ``order`` with ``order[i]`` the record read i-th in the epoch.
     """
     rng, perm = _chunk_permutation(n, chunk, seed, epoch)
-    window = _count("window", window, 1)
+    window = check_count("window", window, 1)
     n, chunk, nchunks = int(n), int(chunk), len(perm)
     starts = perm * chunk
     lens = np.minimum(chunk, n - starts)
@@ -95,9 +95,9 @@ def epoch_order(n: int, chunk: int, window: int, seed: int, epoch: int) -> np.nd
 
 def _chunk_permutation(n: int, chunk: int, seed: int, epoch: int):
     """The epoch's generator and its first draw: the permutation of the chunks."""
-    n = _count("n", n, 1)
-    chunk = _count("chunk", chunk, 1)
-    rng = np.random.default_rng([_count("seed", seed, 0), _count("epoch", epoch, 0)])
+    n = check_count("n", n, 1)
+    chunk = check_count("chunk", chunk, 1)
+    rng = np.random.default_rng([check_count("seed", seed, 0), check_count("epoch", epoch, 0)])
     return rng, rng.permutation(-(-n // chunk))
 
 
@@ -106,7 +106,7 @@ def record_windows(n: int, chunk: int, window: int, seed: int, epoch: int) -> np
     for record ``p`` (int64; windows numbered in epoch order). Its records are the ``window``
     chunks that come ``w``-th in the permuted order."""
     _, perm = _chunk_permutation(n, chunk, seed, epoch)
-    window = _count("window", window, 1)
+    window = check_count("window", window, 1)
     rank = np.empty(len(perm), dtype=np.int64)
     rank[perm] = np.arange(len(perm))
     return rank[np.arange(int(n), dtype=np.int64) // int(chunk)] // window
@@ -122,7 +122,7 @@ def position_ranks(n: int, batch_size: int, nprocs: int, policy: str = DEFAULT_P
     a dropped one delivered by nobody.
     """
     _check(n, batch_size, policy)
-    nprocs = _count("nprocs", nprocs, 1)
+    nprocs = check_count("nprocs", nprocs, 1)
     if batch_size % nprocs:
         raise ConfigurationError(f"batch_size {batch_size} does not divide among {nprocs} ranks; "
                                  "use a multiple of the rank count")
@@ -172,8 +172,8 @@ def num_batches(n: int, batch_size: int, policy: str = DEFAULT_POLICY) -> int:
 
 
 def _check(n: int, batch_size: int, policy: str) -> None:
-    n = _count("n", n, 1)
-    batch_size = _count("batch_size", batch_size, 1)
+    n = check_count("n", n, 1)
+    batch_size = check_count("batch_size", batch_size, 1)
     if batch_size > n:
         raise ConfigurationError(f"batch_size {batch_size} is larger than the dataset ({n} "
                                  "records); one batch would repeat records. Use a batch size of "
@@ -206,8 +206,8 @@ def rank_batches(order: np.ndarray, batch_size: int, nprocs: int, rank: int,
     consecutive records of every full batch. A short last batch is split as
     evenly as possible (the first ``rest % nprocs`` ranks get one more).
     """
-    nprocs = _count("nprocs", nprocs, 1)
-    rank = _count("rank", rank, 0)
+    nprocs = check_count("nprocs", nprocs, 1)
+    rank = check_count("rank", rank, 0)
     if rank >= nprocs:
         raise ConfigurationError(f"rank {rank} is not below nprocs {nprocs}; rank must be in "
                                  f"0..{nprocs - 1}")
@@ -249,7 +249,7 @@ def mean_share_distance(order: np.ndarray, batch_size: int, nprocs: int) -> floa
     """:func:`mean_batch_distance` within each rank's share of the full batches (what one rank's
     ``batch_size // nprocs`` records span)."""
     order = np.asarray(order, dtype=np.int64)
-    share = batch_size // _count("nprocs", nprocs, 1)
+    share = batch_size // check_count("nprocs", nprocs, 1)
     full = len(order) // batch_size
     if share < 2 or not full:
         return float("nan")

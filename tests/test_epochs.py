@@ -164,3 +164,28 @@ def test_a_shuffled_plan_without_its_chunk_is_refused():
         epoch_rows(EpochPlan(shuffle="shard"), 203, 12, 3, 2, 1)
     rows = epoch_rows(EpochPlan(), 203, 12, 3, 2, 1)   # file order has no chunks to size
     assert rows.rows[:16].ravel().tolist() == list(range(192))
+
+
+def test_iteration_owns_where_the_reader_is():
+    """One object: the next batch, the live epoch and its rows, and where the next epoch starts
+    (the first chunk boundary at or after the next batch; after an epoch, past its last row
+    however many of its batches were taken)."""
+    from lmdbio.pipeline import Iteration
+    from lmdbio.plan import Stream
+
+    stream = Stream(n=100, batch=10, lo=0, count=10, k=4)
+    it = Iteration(stream)
+    assert it.schedule is stream and it.next_start() == 0
+    it.took()
+    it.took()   # two stream batches read
+    assert it.t == 2 and it.next_start() == 4
+    rows = epoch_rows(EpochPlan(), 100, 10, 1, 4, 0)   # 10 batches, padded to 12 rows
+    token = object()
+    sched = stream.epoch(rows.rows, 4)
+    it.begin(token, 0, rows, sched, 4)
+    assert it.is_live(token) and it.schedule is sched and it.t == 4
+    assert sched.positions(4).tolist() == list(range(10))
+    it.took()
+    it.end()
+    assert it.live is None and it.last == (0, 1) and it.schedule is stream
+    assert it.t == 4 + len(rows.rows) == 16 and it.next_start() == 16

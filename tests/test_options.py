@@ -29,6 +29,15 @@ def test_per_rank_options():
     assert not get.localized and get.locate == "key" and get.fetch == "mmap"
     d = parse_variant("lmdbio-direct")
     assert not d.localized and d.fetch == "pread" and d.coalesce_bytes > 0
+    # The name says what runs: the sidecar where current, else the index.
+    from lmdbio.pipeline import stage_names
+
+    assert d.locate == "prov-or-index" and d.name == "lmdbio-direct"
+    assert stage_names(d)[0] == "prov-or-index"
+    with pytest.raises(ConfigurationError, match="prov-or-index"):
+        Options(localized=False, locate="index", fetch="pread")
+    with pytest.raises(ConfigurationError, match="node readers"):
+        Options(localized=True, locate="prov-or-index", fetch="pread")
     assert parse_variant("lmdbio-direct", coalesce_bytes=1 << 20).coalesce_bytes == 1 << 20
     with pytest.raises(ConfigurationError, match="localized"):
         Options(localized=False, stagger_size=2)
@@ -139,6 +148,7 @@ def test_auto_on_tmpfs_reads_direct(small_db, tmp_path):
         shutil.rmtree(shm)
 
 
+@pytest.mark.fuse
 def test_auto_on_fuse_reads_with_the_full_stack(small_db):
     from lmdbio.lab.pfs.mount import FuseUnavailable, check_fuse
 

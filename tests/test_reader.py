@@ -187,14 +187,21 @@ def test_plan_extents_covers_records_with_fewest_reads():
 def test_stream_block_is_record_indices_batch_by_batch(t, k, batch, lo, count, n):
     """One numpy pass per chunk gives each batch's positions as the per-batch rule does,
     across the end of the file too (the stream wraps modulo n)."""
-    from lmdbio.plan import Layout, record_indices, stream_block
+    from lmdbio.plan import Stream, record_indices, stream_block
 
     block = stream_block(t, k, batch, lo, count, n)
     assert block.shape == (k, count) and block.dtype == np.int64
     for i in range(k):
         assert block[i].tolist() == record_indices((t + i) * batch + lo, count, n).tolist()
-    lay = Layout(n, batch, lo, count, k)
+    stream = Stream(n, batch, lo, count, k)
     for c in range(3):
         want = np.concatenate([record_indices(u * batch + lo, count, n)
                                for u in range(c * k, c * k + k)])
-        assert lay.chunk_positions(c).tolist() == want.tolist()
+        assert stream.chunk_positions(c).tolist() == want.tolist()
+        assert [p for f, m in stream.runs(c) for p in range(f, f + m)] == (want % n).tolist()
+        # The same rows as an epoch's schedule give the same chunk, as runs too.
+        rows = np.stack([np.resize(record_indices(u * batch, batch, n), batch)
+                         for u in range(3 * k)])
+        epoch = stream.epoch(rows, 0)
+        assert epoch.chunk_positions(c).tolist() == want.tolist()
+        assert [p for f, m in epoch.runs(c) for p in range(f, f + m)] == want.tolist()

@@ -22,12 +22,17 @@ Epoch                     epoch.epoch_rows (the positions of an epoch's batches:
                           file order or shuffled; the last-batch policy)
 ========================  =====================================================
 
-Between epochs the batches are the endless stream (batch t: positions
-``(t*B + j) mod n``); :meth:`Pipeline.start_epoch` hands the layout an
-epoch's rows instead. Shuffled epochs need a locator that reads any position
-(``random_access``: index, provenance, key); the cursor walks (walk, ring)
-serve file-order epochs only. A shuffled epoch on a locator that plans
-extents (``windowed``) reads through :class:`~.window.Window`.
+Between epochs the batches are the endless stream (:class:`~lmdbio.plan.Stream`,
+batch t: positions ``(t*B + j) mod n``); an epoch reads its own rows
+(:class:`~lmdbio.plan.EpochSchedule`). Every read names the schedule it is of;
+where a Reader is (the next batch, the live epoch, its prefetch) is one
+:class:`~.iteration.Iteration`. Each stage class declares what it can do in
+one :class:`~.stage.Abilities`: shuffled epochs need a locator that reads any
+position (``random_access``: index, provenance, key), the cursor walks (walk,
+ring) serve file-order epochs only; a shuffled epoch on a locator that plans
+extents (``windowed``) reads through :class:`~.window.Window`; prefetch needs
+a distributor whose reads send no messages (``collective_free``, or MPI with
+threads) and keeps extra chunks valid (``extra_slots``).
 
 :data:`VARIANT_STAGES` names the stages of every named variant. Adding a
 variant means adding a stage class or a row to the tables below.
@@ -40,7 +45,7 @@ from dataclasses import replace
 from ..batch import Batch
 from ..collective import collective
 from ..options import EXTRA_VARIANTS, VARIANTS, Options, parse_variant
-from ..plan import Layout, slot_bytes, stream_block
+from ..plan import EpochSchedule, Stream, slot_bytes, stream_block
 from ..shuffle import record_windows
 from .coalesce import Coalesce
 from ..errors import ConfigurationError
@@ -52,12 +57,13 @@ from .prefetch import Prefetch, check_prefetch
 from .key import Key
 from .prov import Prov, ProvOrIndex
 from .ring import Ring
-from .stage import Distributor, Extents, Fetcher, Locator, Views
+from .iteration import Iteration
+from .stage import Abilities, Distributor, Extents, Fetcher, Locator, Views
 from .stagger import NoStagger, Stagger
 from .walk import Walk
 from .window import NoWindow, Window
 
-__all__ = ["Pipeline", "VARIANT_STAGES", "EpochPlan", "EpochRows", "epoch_rows", "shuffles",
+__all__ = ["Pipeline", "Iteration", "Abilities", "VARIANT_STAGES", "EpochPlan", "EpochRows", "epoch_rows", "shuffles",
            "stage_names", "LOCATORS", "FETCHERS", "DISTRIBUTORS",
            "Locator", "Fetcher", "Distributor", "Views", "Extents"]
 
@@ -65,8 +71,8 @@ __all__ = ["Pipeline", "VARIANT_STAGES", "EpochPlan", "EpochRows", "epoch_rows",
 LOCATORS: dict[tuple[bool, str], type[Locator]] = {
     (False, "walk"): Walk, (True, "walk"): Walk,
     (True, "ring"): Ring,
-    (True, "index"): Index, (False, "index"): ProvOrIndex,
-    (True, "provenance"): Prov, (False, "provenance"): ProvOrIndex,
+    (True, "index"): Index, (True, "provenance"): Prov,
+    (False, "prov-or-index"): ProvOrIndex,
     (False, "key"): Key,
 }
 #: fetch -> Fetcher
@@ -89,7 +95,7 @@ def stage_names(options: Options) -> tuple[str, ...]:
 
 def shuffles(options: Options) -> bool:
     """Whether ``options``' locator reads any record positions (shuffled epochs)."""
-    return LOCATORS[(options.localized, options.locate)].random_access
+    return LOCATORS[(options.localized, options.locate)].abilities.random_access
 
 
 #: Every named variant (the papers' seven, lmdb-get, lmdbio-direct) -> its stages.
@@ -110,7 +116,10 @@ class Pipeline:
                  prefetch: int = 0):
         o = self.options = options
         dist = DISTRIBUTORS[(o.localized, o.fetch)]
-        self.depth = check_prefetch(prefetch, dist.collective_free, o.name)
+        self.depth = check_prefetch(prefetch, dist.abilities.collective_free, o.name)
+        if self.depth and not dist.abilities.extra_slots:
+            raise ConfigurationError(f"variant {o.name!r} keeps no extra buffers for batches read "
+                                     "ahead; use prefetch=0")
         self.epochs = epochs if epochs is not None else EpochPlan()
         if self.epochs.shuffle and not shuffles(o):
             able = ", ".join(n for n in VARIANTS + EXTRA_VARIANTS
@@ -125,17 +134,17 @@ class Pipeline:
         self.distributor = dist(comm, topology, per_rank)
         # See prefetch.py: the thread holds d queued batches and one in flight.
         self.distributor.ahead = self.depth + 1 if self.depth else 0
-        self.coalesce = Coalesce(o.coalesce_bytes)
+        self.coalescer = Coalesce(o.coalesce_bytes)
         self.stagger: Stagger | NoStagger = NoStagger()
         self.window: Window | NoWindow = NoWindow()
         self.is_reader = self.distributor.is_reader
-        self.layout: Layout | None = None
-        self._stream: Layout | None = None   # the endless stream's layout, between epochs
-        self.epoch: EpochRows | None = None
+        self.stream: Stream | None = None   # set by setup()
         self._all_positions = False          # the locator's tables cover every record
-        self._chunk = -1
         self._seq = -1   # hand-offs so far: the distributor's buffers rotate by it
-        self._indices: tuple = (-1, None)   # (chunk, this rank's stream indices of its batches)
+        # The chunk last handed off, and of which schedule; this rank's stream indices of its
+        # batches in it (a file-order stream's, computed once per chunk).
+        self._at: tuple = (None, -1)
+        self._indices = None
 
     # -- setup: prepare, open (inside the Reader's snapshot agreement), setup
     def prepare(self, path) -> None:
@@ -156,90 +165,88 @@ class Pipeline:
         """Once the snapshot (``n`` records) is agreed: size chunks, let the locator build its
         tables, join the turns and allocate the buffers. Collective; returns ``k``."""
         d = self.distributor
-        k = self.coalesce.batches(d.count * mean_size, n // batch_size)
-        self.layout = self._stream = Layout(n, batch_size, d.lo, d.count, k)
-        self.locator.setup(self.comm, d.readers, self.layout, row)
+        k = self.coalescer.batches(d.count * mean_size, n // batch_size)
+        self.stream = Stream(n, batch_size, d.lo, d.count, k)
+        self.locator.setup(self.comm, d.readers, self.stream, row)
         if self.options.staggered and self.is_reader:
             self.stagger = Stagger.join(self.topology, self.options.stagger_size)
         # Collective: a group that cannot allocate its slots (no room in /dev/shm) raises on
         # every rank, not only on its own.
-        collective(self.comm, d.setup, self.layout, slot_bytes(d.count * k, mean_size))
+        collective(self.comm, d.setup, self.stream, slot_bytes(d.count * k, mean_size))
         if self.epochs.chunk is None:
             self.epochs = replace(self.epochs, chunk=default_chunk(n, batch_size, mean_size))
         return k
 
     # -- epochs
-    def start_epoch(self, epoch: int, t0: int, rec) -> EpochRows:
-        """Read epoch ``epoch``'s rows from batch ``t0`` (a multiple of ``k``) on. Collective
-        the first time: the locator's tables are rebuilt to cover every record."""
-        base = self._stream
+    def start_epoch(self, epoch: int, t0: int, rec) -> tuple[EpochRows, EpochSchedule]:
+        """Epoch ``epoch``'s rows and their schedule from batch ``t0`` (a multiple of ``k``) on.
+        Collective the first time: the locator's tables are rebuilt to cover every record."""
+        base = self.stream
         rows = epoch_rows(self.epochs, base.n, base.batch, self.comm.size, base.k, epoch)
-        lay = replace(base, rows=rows.rows, t0=t0)
+        schedule = base.epoch(rows.rows, t0)
         if not self._all_positions:
             with rec.phase("setup", -1) as row:
-                self.locator.setup(self.comm, self.distributor.readers, lay, row)
+                self.locator.setup(self.comm, self.distributor.readers, schedule, row)
             self._all_positions = True
-        self.layout = self.locator.layout = lay
-        self.epoch = rows
-        self._chunk, self._indices = -1, (-1, None)   # what is cached belongs to another layout
         self.window.close()
-        if self.epochs.shuffle and self.locator.windowed and self.is_reader:
+        self.window = NoWindow()
+        if self.epochs.shuffle and self.locator.abilities.windowed and self.is_reader:
             plan = self.epochs
             windows = record_windows(base.n, plan.chunk, plan.window, plan.seed, epoch)
-            self.window = Window(lay, rows, self.per_rank, windows)
-        return rows
+            self.window = Window(schedule, rows, self.per_rank, windows)
+        return rows, schedule
 
     def end_epoch(self) -> None:
-        """Back to the endless stream (its positions; the tables still cover them)."""
-        self.layout = self.locator.layout = self._stream
-        self.epoch = None
-        self._chunk, self._indices = -1, (-1, None)
+        """The epoch's window is let go; reads go on with the stream's schedule."""
         self.window.close()
         self.window = NoWindow()
 
-    def prefetch(self, start: int, stop: int, rec) -> Prefetch | None:
-        """Read batches ``start .. stop-1`` ahead in a thread (None when the depth is 0)."""
+    def prefetch(self, start: int, stop: int, schedule, rows: EpochRows | None, rec
+                 ) -> Prefetch | None:
+        """Read batches ``start .. stop-1`` of ``schedule`` ahead in a thread (None when the
+        depth is 0)."""
         if not self.depth:
             return None
-        return Prefetch(lambda t: self.read(t, rec), start, stop, self.depth, self.comm.rank)
+        return Prefetch(lambda t: self.read(t, schedule, rows, rec), start, stop, self.depth,
+                        self.comm.rank)
 
     # -- reading
-    def read(self, t: int, rec) -> Batch:
-        """This rank's share of batch ``t``."""
-        lay = self.layout
-        chunk, it = divmod(t, lay.k)
-        if chunk != self._chunk:
+    def read(self, t: int, schedule, rows: EpochRows | None, rec) -> Batch:
+        """This rank's share of batch ``t`` of ``schedule`` (the stream, or an epoch's with its
+        ``rows``: the last batch may be short)."""
+        chunk, it = divmod(t, schedule.k)
+        if self._at != (schedule, chunk):
             # Buffers rotate by hand-off number, the chunks in the order they are read (the
             # same on every rank of a group), not by chunk number: where reading jumps (an
             # epoch left early, the stream after an epoch) the slot a held batch views is
             # then still the one refilled last.
             self._seq += 1
             if self.is_reader:
-                self._fill(chunk, self._seq, rec)
+                self._fill(chunk, self._seq, schedule, rec)
             else:
                 self.distributor.receive(self._seq, rec, t)
-            self._chunk = chunk
+            self._at, self._indices = (schedule, chunk), None
         seq = self._seq
         share, r = self.per_rank, self.comm.rank
-        if lay.rows is None:
-            if self._indices[0] != chunk:   # this rank's indices of the chunk's k batches
-                self._indices = (chunk, stream_block(chunk * lay.k, lay.k, lay.batch, r * share,
-                                                     share, lay.n))
-            return self.distributor.batch(seq, it, self._indices[1][it])
-        i = t - lay.t0
-        b = self.distributor.batch(seq, it, lay.rows[i, r * share:(r + 1) * share])
-        keep = self.epoch.kept(i, r, share)
+        if rows is None:
+            if self._indices is None:   # this rank's indices of the chunk's k batches
+                self._indices = stream_block(chunk * schedule.k, schedule.k, schedule.batch,
+                                             r * share, share, schedule.n)
+            return self.distributor.batch(seq, it, self._indices[it])
+        i = t - schedule.t0
+        b = self.distributor.batch(seq, it, schedule.rows[i, r * share:(r + 1) * share])
+        keep = rows.kept(i, r, share)
         if keep < share:   # a short last batch: this rank's share is the front of its block
             b = Batch(b.buffer, b.offsets[:keep], b.sizes[:keep], b.indices[:keep])
         return b
 
-    def _fill(self, chunk: int, seq: int, rec) -> None:
+    def _fill(self, chunk: int, seq: int, schedule, rec) -> None:
         """Reader: locate and fetch one chunk's records into the distributor's buffer (hand-off
         ``seq``), publish them. With a window (a shuffled epoch), the fetch reads the windows
         the chunk needs and are not in memory yet (none, one or two), in this chunk's one turn."""
-        t = chunk * self.layout.k
+        t = chunk * schedule.k
         alloc = lambda nbytes: self.distributor.reserve(seq, nbytes, t)   # noqa: E731
-        todo = self.window.locate(chunk, self.locator, alloc, rec)
+        todo = self.window.locate(chunk, self.locator, schedule, alloc, rec)
         fetched = []
         with self.stagger.turn(rec, t):
             with rec.phase("read", t, chain=True) as row:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..batch import Batch
-from .stage import Distributor
+from .stage import Abilities, Distributor
 
 __all__ = ["Private", "PrivateSlots", "NodeGroup"]
 
@@ -24,7 +24,7 @@ class Private(Distributor):
     """
 
     name = "private"
-    collective_free = True
+    abilities = Abilities(collective_free=True, extra_slots=True)
 
     SLOTS = 0
 
@@ -35,10 +35,10 @@ class Private(Distributor):
         self._slots: list[np.ndarray] = []
         self._buf = None
 
-    def setup(self, layout, capacity: int) -> None:
+    def setup(self, stream, capacity: int) -> None:
         from ..shm import prefault
 
-        self.k = layout.k
+        self.k = stream.k
         if self.nslots:
             self.nslots += self.ahead
         self._slots = [np.empty(capacity, dtype=np.uint8) for _ in range(self.nslots)]
@@ -78,6 +78,7 @@ class NodeGroup(Distributor):
     """LMM: the group's reader fills shared slots; every rank of the group views its records."""
 
     name = "node-group"
+    abilities = Abilities(extra_slots=True)
 
     def __init__(self, comm, topology, per_rank: int):
         self.topology = topology
@@ -89,15 +90,15 @@ class NodeGroup(Distributor):
         self.per_rank = per_rank
         self.gb = None
 
-    def setup(self, layout, capacity: int) -> None:
+    def setup(self, stream, capacity: int) -> None:
         from ..shm import GroupBuffer
 
         # More slots for small chunks (a deeper pipeline), within about 64 MiB; ranks that
         # read ahead hold ``ahead`` more chunks, so the slots that keep them valid come on top.
         nslots = int(min(16, max(GroupBuffer.MIN_SLOTS, (64 << 20) // capacity))) + self.ahead
         topo = self.topology
-        self.gb = GroupBuffer(topo.group_comm, layout.count * layout.k, capacity, nslots,
-                              names=topo.group_ranks, batches_per_chunk=layout.k, lag=self.ahead)
+        self.gb = GroupBuffer(topo.group_comm, stream.count * stream.k, capacity, nslots,
+                              names=topo.group_ranks, batches_per_chunk=stream.k, lag=self.ahead)
 
     def reserve(self, chunk: int, nbytes: int, t: int = -1) -> np.ndarray:
         return self.gb.reserve(chunk, nbytes, t)

@@ -88,7 +88,7 @@ class EpochPlan:
                                    ("chunk", "shuffle_chunk", 1)):
             if name != "chunk" or self.chunk is not None:
                 label = arg if arg == name else f"{arg} (EpochPlan.{name})"
-                sh._count(label, getattr(self, name), minimum)
+                sh.check_count(label, getattr(self, name), minimum)
 
 
 def default_chunk(n: int, batch: int, mean_size: float) -> int:
@@ -121,7 +121,7 @@ def epoch_rows(plan: EpochPlan, n: int, batch: int, nprocs: int, k: int, epoch: 
     ``chunk`` (the pipeline sets :func:`default_chunk` where none was asked for). Raises
     ConfigurationError for ``batch > n`` (one batch would repeat records)."""
     nb = sh.num_batches(n, batch, plan.last_batch)
-    sh._count("epoch", epoch, 0)
+    sh.check_count("epoch", epoch, 0)
     if plan.mode is not None and plan.chunk is None:
         raise ConfigurationError("a shuffled epoch's plan needs its chunk (records per shuffled "
                                  "chunk; default_chunk(n, batch, mean record size) is the "

@@ -14,8 +14,8 @@ from .. import tags
 from ..collective import collective
 from ..errors import LmdbioError, SnapshotError
 from ..recordindex import open_snapshot
-from ..plan import plan_extents, positions_touched
-from .stage import Extents, Locator
+from ..plan import EpochSchedule, plan_extents, positions_touched
+from .stage import Abilities, Extents, Locator
 
 __all__ = ["Index", "Table", "scatter_index"]
 
@@ -57,15 +57,11 @@ class Table(Locator):
     writer cannot recycle the pages the offsets point to.
     """
 
-    random_access = True
-    #: It locates any positions as planned extents (:meth:`locate_positions`): a shuffled
-    #: epoch reads whole windows (:mod:`lmdbio.pipeline.window`).
-    windowed = True
+    abilities = Abilities(random_access=True, windowed=True)
 
     def __init__(self):
         self.snapshot = None
         self.path = None
-        self.layout = None
         self._pos = self._off = self._size = None
 
     def open(self, path, meta, nprocs: int) -> None:
@@ -77,19 +73,19 @@ class Table(Locator):
         s = self.snapshot
         return (s.txnid, s.meta.entries) if s is not None else None
 
-    def scatter(self, readers, row: dict) -> None:
-        """Fill the table from the record index (collective over ``readers``)."""
-        lay = self.layout
-        self._pos, self._off, self._size = scatter_index(readers, self.snapshot, lay.n, lay.batch,
-                                                         lay.lo, lay.count, row,
-                                                         every=lay.rows is not None)
-        if len(self._pos) and int(self._pos[-1]) >= lay.n:
+    def scatter(self, readers, schedule, row: dict) -> None:
+        """Fill the table of ``schedule``'s positions from the record index (collective over
+        ``readers``)."""
+        s = schedule
+        self._pos, self._off, self._size = scatter_index(readers, self.snapshot, s.n, s.batch,
+                                                         s.lo, s.count, row,
+                                                         every=isinstance(s, EpochSchedule))
+        if len(self._pos) and int(self._pos[-1]) >= s.n:
             raise SnapshotError(f"{self.path}: index positions reach {int(self._pos[-1])} but the "
-                                f"snapshot holds {lay.n} records")
+                                f"snapshot holds {s.n} records")
 
-    def locate(self, chunk: int, rec) -> Extents:
-        lay = self.layout
-        return self.locate_positions(lay.chunk_positions(chunk), chunk * lay.k, rec)
+    def locate(self, chunk: int, schedule, rec) -> Extents:
+        return self.locate_positions(schedule.chunk_positions(chunk), chunk * schedule.k, rec)
 
     def locate_positions(self, want: np.ndarray, t: int, rec) -> Extents:
         """Extents of the records at positions ``want`` (in that order), in the ``locate``
@@ -117,7 +113,7 @@ class Index(Table):
 
     name = "index"
 
-    def setup(self, comm, readers, layout, row: dict) -> None:
-        self.layout = layout
+    def setup(self, comm, readers, schedule, row: dict) -> None:
         # Collective over the whole communicator: ranks that do not read learn of a failure too.
-        collective(comm, lambda: self.scatter(readers, row) if readers is not None else None)
+        collective(comm, lambda: self.scatter(readers, schedule, row) if readers is not None
+                   else None)

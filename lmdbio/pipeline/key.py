@@ -8,7 +8,7 @@ import numpy as np
 from ..collective import collective
 from ..errors import LmdbioError, SnapshotError
 from ..recordindex import build_index
-from .stage import Views
+from .stage import Abilities, Views
 from .walk import Walk
 
 __all__ = ["Key"]
@@ -18,7 +18,7 @@ class Key(Walk):
     """Locate by key: this rank's keys, listed from the leaf pages of its snapshot."""
 
     name = "key"
-    random_access = True
+    abilities = Abilities(random_access=True)
 
     def __init__(self):
         super().__init__()
@@ -29,15 +29,15 @@ class Key(Walk):
         self._path = path
         super().open(path, meta, nprocs)   # the walker's read transaction is the snapshot
 
-    def setup(self, comm, readers, layout, row: dict) -> None:
-        super().setup(comm, readers, layout, row)
-        collective(comm, self._list_keys, row)
+    def setup(self, comm, readers, schedule, row: dict) -> None:
+        super().setup(comm, readers, schedule, row)
+        collective(comm, self._list_keys, schedule, row)
 
-    def _list_keys(self, row: dict) -> None:
+    def _list_keys(self, schedule, row: dict) -> None:
         # As a Dataset does in __init__: list the keys (here only this rank's).
-        n = self.layout.n
-        self._pos = self.layout.touched()
-        self._keys = self._keys_from_leaves()
+        n = schedule.n
+        self._pos = schedule.touched()
+        self._keys = self._keys_from_leaves(n)
         self.keys_from = "leaf pages" if self._keys is not None else "cursor"
         if self._keys is None:
             want = np.zeros(n, dtype=bool)
@@ -49,11 +49,10 @@ class Key(Walk):
         self._get = self.walker.getter()
         row["keys_listed"] = len(self._keys)
 
-    def _keys_from_leaves(self) -> list[bytes] | None:
+    def _keys_from_leaves(self, n: int) -> list[bytes] | None:
         """This rank's keys from the leaf pages of its own snapshot (the stored key list a
         Dataset would load), or None when that snapshot is not the current tree (a writer
         committed since): the cursor lists them then."""
-        n = self.layout.n
         try:
             idx = build_index(self._path)
             if idx.txnid != self.walker.txnid() or len(idx) != n:
@@ -64,10 +63,10 @@ class Key(Walk):
             return None
         return [keys[i] for i in self._pos.tolist()]
 
-    def locate(self, chunk: int, rec) -> Views:
-        t = chunk * self.layout.k
+    def locate(self, chunk: int, schedule, rec) -> Views:
+        t = chunk * schedule.k
         with rec.phase("locate", t):
-            idx = np.searchsorted(self._pos, self.layout.chunk_positions(chunk)).tolist()
+            idx = np.searchsorted(self._pos, schedule.chunk_positions(chunk)).tolist()
             keys = [self._keys[i] for i in idx]
         get = self._get
         return Views(self.walker.check_size, lookup=lambda: [get(k) for k in keys])

@@ -68,9 +68,7 @@ class Prov(Table):
         self.snapshot.check(prov.txnid)
         return prov
 
-    def setup(self, comm, readers, layout, row: dict) -> None:
-        self.layout = layout
-
+    def setup(self, comm, readers, schedule, row: dict) -> None:
         def check_and_fill():
             if readers is None:
                 return
@@ -78,13 +76,13 @@ class Prov(Table):
             # the file, a share each, before it is trusted (StaleProvenanceError everywhere),
             # once per sidecar and file version (a verified stamp stands in after that).
             verify_shares(readers, self.prov, self.fd, self.snapshot.meta, row)
-            self.fill()
+            self.fill(schedule)
         collective(comm, check_and_fill)
 
-    def fill(self) -> None:
-        """The table of this reader's records, from the sidecar."""
-        self._pos = self.layout.touched()
-        offs, sizes = self.prov.extents(0, self.layout.n)
+    def fill(self, schedule) -> None:
+        """The table of this reader's records of ``schedule``, from the sidecar."""
+        self._pos = schedule.touched()
+        offs, sizes = self.prov.extents(0, schedule.n)
         self._off = offs[self._pos].astype(np.int64)
         self._size = sizes[self._pos].astype(np.int64)
 
@@ -114,6 +112,7 @@ class ProvOrIndex(Prov):
     def __init__(self):
         super().__init__(build=False)
         self.source = ""
+        self.k = 1   # the schedule's batches per chunk, for describe()
         self.refused = ""   # why a loaded sidecar was not used (failed its check)
 
     def load(self):
@@ -122,10 +121,10 @@ class ProvOrIndex(Prov):
         except LmdbioError:
             return None
 
-    def setup(self, comm, readers, layout, row: dict) -> None:
+    def setup(self, comm, readers, schedule, row: dict) -> None:
         from mpi4py import MPI
 
-        self.layout = layout
+        self.k = schedule.k
         use_prov = comm.allreduce(0 if self.prov is None else 1, op=MPI.MIN) == 1
         if use_prov:
             # A sidecar is used only if every rank's share of its check passed.
@@ -141,15 +140,15 @@ class ProvOrIndex(Prov):
             self.source = "provenance"
 
             def from_prov():
-                pos = layout.touched()
+                pos = schedule.touched()
                 self.verify_ends(int(pos[0]), int(pos[-1]))
-                self.fill()
+                self.fill(schedule)
             collective(comm, from_prov)
         else:
             self.source = "index"
             # Collective: a rank whose snapshot check fails raises on every rank.
-            collective(comm, self.scatter, comm, row)
-        row["coalesce"] = layout.k
+            collective(comm, self.scatter, comm, schedule, row)
+        row["coalesce"] = schedule.k
 
     def _check_share(self, comm, row: dict) -> str | None:
         """This rank's share of the sidecar's check (collective): None, or what is wrong."""
@@ -160,7 +159,7 @@ class ProvOrIndex(Prov):
         return None
 
     def describe(self) -> dict:
-        out = {"direct_locate": self.source, "coalesce": self.layout.k}
+        out = {"direct_locate": self.source, "coalesce": self.k}
         if self.refused:
             out["provenance_refused"] = self.refused
         return out

@@ -18,7 +18,7 @@ from .. import tags
 from ..errors import PeerTimeoutError
 from ..waiting import completes_within, timeout, wait_request
 from .stage import Views
-from .walk import Walk, walk_runs
+from .walk import Walk
 
 __all__ = ["Ring"]
 
@@ -56,12 +56,12 @@ class Ring(Walk):
                 log.warning("lmdbio: %s: cannot tell where LMDB mapped the file; DM runs "
                             "without speculative reads", path)
 
-    def setup(self, comm, readers, layout, row: dict) -> None:
-        super().setup(comm, readers, layout, row)
+    def setup(self, comm, readers, schedule, row: dict) -> None:
+        super().setup(comm, readers, schedule, row)
         self.readers, self.rank = readers, comm.rank
 
-    def locate(self, chunk: int, rec) -> Views:
-        t = chunk * self.layout.k
+    def locate(self, chunk: int, schedule, rec) -> Views:
+        t = chunk * schedule.k
         w, rc = self.walker, self.readers
         k, R = rc.rank, rc.size
         if self.speculative:
@@ -82,7 +82,7 @@ class Ring(Walk):
                 w.seek_key(key, pos)
             # The handed cursor ends the previous reader's records: ours start there, except
             # around an epoch's end (a few records back or on, walked to).
-            values = walk_runs(w, self.layout.runs(chunk))
+            values = w.take_runs(schedule.runs(chunk))
             row["records_walked"] = w.walked - w0
             self._located += 1
             if R > 1:

@@ -12,7 +12,25 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["Views", "Extents", "Locator", "Fetcher", "Distributor"]
+__all__ = ["Abilities", "Views", "Extents", "Locator", "Fetcher", "Distributor"]
+
+
+@dataclass(frozen=True)
+class Abilities:
+    """What a stage can do, declared once per stage class (``cls.abilities``); the pipeline
+    wires and refuses options by it."""
+
+    #: A locator that finds any record positions, not only runs a cursor walks forward to:
+    #: shuffled epochs need it.
+    random_access: bool = False
+    #: A locator that plans any positions as extents (``locate_positions``): a shuffled epoch
+    #: then reads whole windows (:mod:`lmdbio.pipeline.window`).
+    windowed: bool = False
+    #: A distributor whose reading needs no messages between ranks: a background thread may
+    #: read ahead (:mod:`lmdbio.pipeline.prefetch`).
+    collective_free: bool = False
+    #: A distributor whose buffers keep ``ahead`` more chunks valid when asked (prefetch).
+    extra_slots: bool = False
 
 
 @dataclass
@@ -48,12 +66,7 @@ class Locator:
     """Finds a reader's records: opens the snapshot it reads, then locates one chunk at a time."""
 
     name = ""
-    #: It can locate any record positions (not only runs a cursor walks forward to):
-    #: shuffled epochs need this.
-    random_access = False
-    #: It locates any positions as planned extents (``locate_positions``): shuffled epochs
-    #: read whole windows (:mod:`lmdbio.pipeline.window`).
-    windowed = False
+    abilities = Abilities()
     #: LMDB's reader lock protects this locator's snapshot (None: nothing open).
     locked: bool | None = None
 
@@ -71,11 +84,14 @@ class Locator:
         """``(txnid, entries)`` of the open snapshot, or None if none is open."""
         return None
 
-    def setup(self, comm, readers, layout, row: dict) -> None:
-        """Once every rank holds the agreed snapshot; collective over ``comm`` (``readers``:
-        the readers' communicator, None on ranks that do not read)."""
+    def setup(self, comm, readers, schedule, row: dict) -> None:
+        """Once every rank holds the agreed snapshot: build what locating ``schedule``'s
+        positions (:meth:`~lmdbio.plan.Stream.touched`) needs. Collective over ``comm``
+        (``readers``: the readers' communicator, None on ranks that do not read)."""
 
-    def locate(self, chunk: int, rec) -> Views | Extents:
+    def locate(self, chunk: int, schedule, rec) -> Views | Extents:
+        """This reader's records of ``chunk`` of ``schedule`` (a :class:`~lmdbio.plan.Stream`
+        or :class:`~lmdbio.plan.EpochSchedule`)."""
         raise NotImplementedError
 
     def fetched(self, located, row: dict) -> None:
@@ -120,15 +136,15 @@ class Distributor:
 
     name = ""
     is_reader = True
-    #: Reading needs no messages between ranks (a background thread may read ahead).
-    collective_free = False
+    abilities = Abilities()
     #: Chunks a rank's prefetch thread may ask for beyond what its caller holds (set by the
     #: Pipeline before :meth:`setup`: depth + 1, or 0 without prefetch); the buffers must
     #: keep that many more chunks valid.
     ahead = 0
 
-    def setup(self, layout, capacity: int) -> None:
-        """Allocate the buffers (collective over the ranks that share them)."""
+    def setup(self, stream, capacity: int) -> None:
+        """Allocate the buffers for ``stream``'s chunks (its ``count * k`` records, at most
+        ``capacity`` bytes each); collective over the ranks that share them."""
 
     def reserve(self, seq: int, nbytes: int, t: int = -1) -> np.ndarray:
         raise NotImplementedError

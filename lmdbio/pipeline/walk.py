@@ -11,28 +11,7 @@ from ..recordindex import check_tree
 from ..lmdbenv import CursorWalker, acquire
 from .stage import Locator, Views
 
-__all__ = ["Walk", "walk_runs"]
-
-
-def walk_runs(w: CursorWalker, runs) -> list:
-    """Take each (first, count) run's values, walking the cursor to it: forward with
-    ``next()``, or back with ``prev()`` when the run starts a little behind (an epoch's
-    last batch, the next epoch's start), never around the whole file for that."""
-    values = []
-    for first, count in runs:
-        back = (w.pos - first) % w.n
-        if 0 < back < w.n // 2:
-            w.check_size()
-            prev, last = w.cursor.prev, w.cursor.last
-            for _ in range(back):
-                if not prev():
-                    last()
-            w.pos = first % w.n
-            w.walked += back
-        else:
-            w.skip_to(first)
-        values += w.take(count)
-    return values
+__all__ = ["Walk"]
 
 
 class Walk(Locator):
@@ -43,7 +22,6 @@ class Walk(Locator):
     def __init__(self):
         self.walker: CursorWalker | None = None
         self._handle = None
-        self.layout = None
 
     def open(self, path, meta, nprocs: int) -> None:
         # Caffe's settings: read-only map with readahead, and a slot in the lock
@@ -58,17 +36,16 @@ class Walk(Locator):
     def snapshot_id(self) -> tuple[int, int] | None:
         return self.walker.snapshot_id() if self.walker is not None else None
 
-    def setup(self, comm, readers, layout, row: dict) -> None:
-        self.layout = layout
+    def setup(self, comm, readers, schedule, row: dict) -> None:
         if self.walker is not None:
-            self.walker.n = layout.n   # the agreed snapshot's entries
+            self.walker.n = schedule.n   # the agreed snapshot's entries
 
-    def locate(self, chunk: int, rec) -> Views:
-        t = chunk * self.layout.k
+    def locate(self, chunk: int, schedule, rec) -> Views:
+        t = chunk * schedule.k
         w = self.walker
         with rec.phase("locate", t) as row:
             w0 = w.walked
-            values = walk_runs(w, self.layout.runs(chunk))
+            values = w.take_runs(schedule.runs(chunk))
             row["records_walked"] = w.walked - w0
         return Views(w.check_size, values)
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..plan import Layout
+from ..plan import EpochSchedule
 from .epoch import EpochRows
 
 __all__ = ["Window", "NoWindow"]
@@ -57,8 +57,8 @@ class NoWindow:
 
     name = ""
 
-    def locate(self, chunk: int, locator, alloc, rec) -> list[tuple]:
-        return [(locator.locate(chunk, rec), alloc)]
+    def locate(self, chunk: int, locator, schedule, alloc, rec) -> list[tuple]:
+        return [(locator.locate(chunk, schedule, rec), alloc)]
 
     def serve(self, chunk: int, fetched: list[tuple], alloc, rec) -> tuple[np.ndarray, np.ndarray]:
         """The chunk's records' ``(offsets, sizes)`` in ``alloc``'s buffer; ``fetched``: the
@@ -73,7 +73,7 @@ class Window(NoWindow):
     """Reads each shuffle window's records once per reader; serves chunks from memory.
 
     Args:
-        layout: the epoch's layout (its ``rows``, ``t0``, and the reader's ``lo``, ``count``).
+        schedule: the epoch's schedule (its ``rows``, ``t0``, and the reader's ``lo``, ``count``).
         epoch: the epoch's rows (which records are delivered).
         share: records per rank in a full batch.
         windows: each record's window (:func:`lmdbio.shuffle.record_windows`).
@@ -81,16 +81,16 @@ class Window(NoWindow):
 
     name = "window"
 
-    def __init__(self, layout: Layout, epoch: EpochRows, share: int, windows: np.ndarray):
-        self.layout = layout
-        self._first = layout.t0 // layout.k          # the epoch's first chunk
+    def __init__(self, schedule: EpochSchedule, epoch: EpochRows, share: int, windows: np.ndarray):
+        self.schedule = schedule
+        self._first = schedule.t0 // schedule.k          # the epoch's first chunk
         # Every position this reader reads in the epoch, in order, and each one's window.
-        cols = np.arange(layout.lo, layout.lo + layout.count)
-        self._all = np.ascontiguousarray(layout.rows[:, cols]).ravel()
+        cols = np.arange(schedule.lo, schedule.lo + schedule.count)
+        self._all = np.ascontiguousarray(schedule.rows[:, cols]).ravel()
         self._win = windows[self._all]
         # Records no rank delivers (padding rows, the rest of a short last batch's blocks) are
         # not read: they would reach back into the first window for nothing.
-        used = np.zeros(layout.rows.shape[0:1] + cols.shape, dtype=bool)
+        used = np.zeros(schedule.rows.shape[0:1] + cols.shape, dtype=bool)
         used[:epoch.batches] = True
         used[epoch.batches - 1] = cols % share < epoch.keep[cols // share]
         self._used = used.ravel()
@@ -99,11 +99,11 @@ class Window(NoWindow):
         self._loading: list[tuple] = []              # (window, positions, buffer) being read
 
     def _span(self, chunk: int) -> slice:
-        per = self.layout.k * self.layout.count
+        per = self.schedule.k * self.schedule.count
         lo = (chunk - self._first) * per
         return slice(lo, lo + per)
 
-    def locate(self, chunk: int, locator, alloc, rec) -> list[tuple]:
+    def locate(self, chunk: int, locator, schedule, alloc, rec) -> list[tuple]:
         """Drop the windows ``chunk`` does not need; locate those it needs and are not held:
         each one's records this reader still needs from this chunk on."""
         span = self._span(chunk)
@@ -126,7 +126,7 @@ class Window(NoWindow):
                 return buf[0]
 
             self._loading.append((w, pos, buf))
-            out.append((locator.locate_positions(pos, chunk * self.layout.k, rec), reserve))
+            out.append((locator.locate_positions(pos, chunk * self.schedule.k, rec), reserve))
         return out
 
     def serve(self, chunk: int, fetched: list[tuple], alloc, rec) -> tuple[np.ndarray, np.ndarray]:
@@ -136,7 +136,7 @@ class Window(NoWindow):
         self._loading = []
         span = self._span(chunk)
         want, wins, used = self._all[span], self._win[span], self._used[span]
-        with rec.phase("gather", chunk * self.layout.k, chain=True):
+        with rec.phase("gather", chunk * self.schedule.k, chain=True):
             need = sorted(self._held)
             src = np.zeros(len(want), dtype=np.int64)
             sizes = np.zeros(len(want), dtype=np.int64)   # records not delivered: empty

@@ -164,8 +164,8 @@ def point_main(argv: list[str]) -> int:
             Path(f"{res_file}.error.{comm.rank}").write_text(text)
         except OSError:
             pass
-        from lmdbio.reader import _abort_job
-        _abort_job(comm, exc)   # pauses so the launcher can forward the traceback first
+        from lmdbio.collective import abort_job
+        abort_job(comm, exc)   # pauses so the launcher can forward the traceback first
         return 1
     if comm.rank == 0:
         tmp = Path(res_file + ".tmp")
