@@ -22,45 +22,6 @@ _SESSION_CACHE = tempfile.mkdtemp(prefix="lmdbio-test-cache-")
 os.environ["LMDBIO_CACHE"] = _SESSION_CACHE
 MPI_SCRIPTS = ROOT / "tests" / "mpi"
 
-#: Tests of other files that ``make test-fast`` leaves out (marked ``slow`` here): each took
-#: 2 s or more on the 2-core development machine, because it waits out a timeout, runs several
-#: MPI jobs or races a live writer. ``make test`` runs them all.
-SLOW = {
-    "test_fuzz.py": ("test_harness_pins_crashes_and_hangs_on_their_case",
-                     "test_damaged_files_through_every_variant"),
-    "test_index.py": ("test_check_tree_beside_a_writer", "test_snapshot_under_concurrent_writer"),
-    "test_provenance_forged.py": ("test_readers_never_serve_a_forged_sidecar",),
-    "test_reliability.py": ("test_a_member_that_stops_early_is_named_within_the_timeout",
-                            "test_a_rank_failing_alone_while_others_are_busy",
-                            "test_a_ring_reader_that_stops_is_a_timeout",
-                            "test_close_does_not_wait_for_a_rank_that_left",
-                            "test_every_variant_reads_its_snapshot_beside_a_writer",
-                            "test_node_in_the_path_reads_each_nodes_copy"),
-    "test_reliability2.py": ("test_a_file_truncated_during_an_mmap_read_is_an_error_not_sigbus",
-                             "test_a_stopped_rank_is_named_and_the_job_ends",
-                             "test_a_symlinked_data_mdb_is_locked_where_the_writer_writes",
-                             "test_ctrl_c_during_construction_ends_every_rank",
-                             "test_dm_speculation_is_issued_and_scored"),
-}
-#: Tests that mount the emulated PFS through FUSE, besides tests/test_pfs_fuse.py.
-FUSE = {"test_options.py": ("test_auto_on_fuse_reads_with_the_full_stack",)}
-
-
-def pytest_collection_modifyitems(config, items):
-    """Markers by what a test needs: ``fuse`` (a FUSE mount), ``throttled`` (root, loop devices),
-    ``fuzz`` (the long campaign), ``slow`` (the list above)."""
-    for item in items:
-        file, name = item.path.name, getattr(item, "originalname", item.name)
-        if file == "test_pfs_fuse.py" or name in FUSE.get(file, ()):
-            item.add_marker(pytest.mark.fuse)
-        if file == "test_throttled.py" and "nothing_left" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.throttled)
-        if file == "test_fuzz.py" and name == "test_fuzz_campaign":
-            item.add_marker(pytest.mark.fuzz)
-        if name in SLOW.get(file, ()):
-            item.add_marker(pytest.mark.slow)
-
-
 def run_mpi(script: str | Path, n: int, *args, timeout: float = 240, env: dict | None = None,
             check: bool = True) -> subprocess.CompletedProcess:
     """Run ``python script args`` under ``mpiexec -n n``; fail the test on non-zero exit."""

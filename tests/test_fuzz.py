@@ -394,6 +394,7 @@ def _env_int(name: str, default: int) -> int:
 REGRESSIONS = [("mixed10", 1010442)]
 
 
+@pytest.mark.fuzz
 def test_fuzz_campaign(tmp_path_factory):
     n_cases = _env_int("LMDBIO_FUZZ_CASES", 2000)
     seed = _env_int("LMDBIO_FUZZ_SEED", 1)
@@ -448,6 +449,7 @@ def test_fuzz_campaign(tmp_path_factory):
     assert summary["cases_with_an_error"] > n_cases // 2
 
 
+@pytest.mark.slow
 def test_harness_pins_crashes_and_hangs_on_their_case(tmp_path):
     """A worker that dies or stops answering is reported with the case that did it, and the
     campaign goes on with a fresh worker (so a real crash cannot pass unnoticed)."""
@@ -547,6 +549,7 @@ def _damage(path: Path, lay: dict, kind: str) -> None:
     path.write_bytes(buf)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt_name", ["0.9", "1.0"])
 def test_damaged_files_through_every_variant(tmp_path, fmt_name):
     """Issue 13 item 6: damaged files give LmdbFormatError naming the file through every

@@ -18,6 +18,8 @@ import pytest
 from lmdbio.lab.pfs import mount as pm
 from lmdbio.lab.procs import pid_alive
 
+pytestmark = pytest.mark.fuse
+
 ROOT = Path(__file__).resolve().parents[1]
 
 if not os.path.exists("/dev/fuse"):

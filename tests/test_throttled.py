@@ -135,6 +135,7 @@ def test_bench_parses_throttle_storage():
 
 # --- on a device ------------------------------------------------------------------------------
 
+@pytest.mark.throttled
 @needs_device
 def test_nodes_hold_the_same_bytes_and_cache_apart(src, nothing_left):
     data = (src / "data.mdb").read_bytes()
@@ -163,6 +164,7 @@ def test_nodes_hold_the_same_bytes_and_cache_apart(src, nothing_left):
             int(Path(f"/sys/block/{os.path.basename(t.devices[0])}/queue/read_ahead_kb").read_text())
 
 
+@pytest.mark.throttled
 @needs_device
 def test_the_throttle_is_in_force(src, nothing_left):
     size = os.path.getsize(src / "data.mdb")
@@ -197,6 +199,7 @@ def test_the_throttle_is_in_force(src, nothing_left):
         assert c2[1]["cgroup_read_bytes"] == c1[1]["cgroup_read_bytes"]
 
 
+@pytest.mark.throttled
 @needs_device
 @pytest.mark.mpi
 def test_reader_reads_the_source_records_through_node_devices(src, nothing_left):
@@ -209,6 +212,7 @@ def test_reader_reads_the_source_records_through_node_devices(src, nothing_left)
         assert all(a > b for a, b in zip(after, before)), "each rank read through its own node"
 
 
+@pytest.mark.throttled
 @needs_device
 def test_nothing_stays_after_an_exception(src, nothing_left):
     with pytest.raises(RuntimeError, match="inside"):
@@ -221,6 +225,7 @@ def test_nothing_stays_after_an_exception(src, nothing_left):
     assert th.STATE_ENV not in os.environ
 
 
+@pytest.mark.throttled
 @needs_device
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_nothing_stays_after_the_holder_is_killed(src, nothing_left, sig):
@@ -251,6 +256,7 @@ def test_nothing_stays_after_the_holder_is_killed(src, nothing_left, sig):
             th.cleanup(os.path.join(info["workdir"], "state.json"))
 
 
+@pytest.mark.throttled
 @needs_device
 @pytest.mark.mpi
 def test_bench_sweep_on_throttled_devices(src, tmp_path, nothing_left):
