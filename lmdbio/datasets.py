@@ -107,7 +107,7 @@ def make_dataset(out: str | os.PathLike, preset: str = "cifar10", records: int =
     Returns:
         The LMDB directory.
     """
-    import lmdb
+    from .lmdbenv import RecordWriter
 
     if preset not in PRESETS:
         raise ConfigurationError(f"unknown preset {preset!r}: preset must be one of "
@@ -142,18 +142,16 @@ def make_dataset(out: str | os.PathLike, preset: str = "cifar10", records: int =
     from . import provenance as _prov
     _prov.sidecar_path(out).unlink(missing_ok=True)
 
-    env = lmdb.open(str(out), map_size=max(need * 2, 1 << 26), subdir=True, meminit=True,
-                    lib_version=1 if lmdb_format == "1.0" else 0)
+    writer = RecordWriter(out, max(need * 2, 1 << 26), commit_every, lmdb_format)
     bar = None
     if progress:
         from tqdm.auto import tqdm
         bar = tqdm(total=records, unit="rec", desc=f"{preset} -> {out}")
+    ok = False
     try:
         rng = np.random.default_rng(seed)
         chunk = max(1, min(commit_every, (16 << 20) // spec.image_bytes))
         ext = "jpg" if encoded else "png"
-        txn = env.begin(write=True)
-        in_txn = 0
         for start in range(0, records, chunk):
             n = min(chunk, records - start)
             images, labels = synthetic_images(spec, n, rng)
@@ -165,21 +163,16 @@ def make_dataset(out: str | os.PathLike, preset: str = "cifar10", records: int =
                                          height=spec.height, width=spec.width)
                 else:
                     value = datum.encode(images[j], labels[j])
-                txn.put(_key(i, int(labels[j]), ext), value)
-                in_txn += 1
-                if in_txn == commit_every:
-                    txn.commit()
-                    txn = env.begin(write=True)
-                    in_txn = 0
+                writer.put(_key(i, int(labels[j]), ext), value)
             if bar is not None:
                 bar.update(n)
-        txn.commit()
-    except lmdb.MapFullError:
-        raise DatasetError(f"LMDB map full while writing {out}: the size estimate was too small") from None
+        writer.close()
+        ok = True
     finally:
         if bar is not None:
             bar.close()
-        env.close()
+        if not ok:
+            writer.abort()
     if provenance:
         _prov.write_provenance(out)
     return out

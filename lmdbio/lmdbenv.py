@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from . import format as fmt
-from .errors import AccessError, LmdbFormatError, LmdbioError, SnapshotError
+from .errors import AccessError, DatasetError, LmdbFormatError, LmdbioError, SnapshotError
 
 __all__ = ["EnvHandle", "acquire", "real_location", "lock_path", "lmdb_error", "begin_pinned",
-           "CursorWalker"]
+           "CursorWalker", "RecordWriter", "liblmdb_version"]
 
 log = logging.getLogger("lmdbio")
 
@@ -541,3 +541,74 @@ class CursorWalker:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def liblmdb_version() -> str | None:
+    """The LMDB library py-lmdb runs (``"0.9.31"``), or None without py-lmdb."""
+    try:
+        import lmdb
+    except ImportError:
+        return None
+    return ".".join(map(str, lmdb.version()))
+
+
+class RecordWriter:
+    """Writes a new database's records, ``commit_every`` per write transaction (as Caffe's
+    ``convert_imageset`` does). A full map is a :class:`~lmdbio.errors.DatasetError`.
+
+    Args:
+        path: the LMDB directory (created by LMDB if missing).
+        map_size: the map's size in bytes (the largest the file may grow to).
+        commit_every: records per write transaction.
+        lmdb_format: ``"0.9"`` (Caffe's) or ``"1.0"`` (LMDB 1.0's on-disk format).
+    """
+
+    def __init__(self, path, map_size: int, commit_every: int, lmdb_format: str = "0.9"):
+        import lmdb
+
+        self._full = lmdb.MapFullError
+        self.path = str(path)
+        self.commit_every = commit_every
+        self.env = lmdb.open(self.path, map_size=map_size, subdir=True, meminit=True,
+                             lib_version=1 if lmdb_format == "1.0" else 0)
+        self.txn = None
+        self.in_txn = 0
+
+    def put(self, key: bytes, value: bytes) -> None:
+        try:
+            if self.txn is None:
+                self.txn = self.env.begin(write=True)
+            self.txn.put(key, value)
+            self.in_txn += 1
+            if self.in_txn == self.commit_every:
+                self.commit()
+        except self._full:
+            raise self._map_full() from None
+
+    def commit(self) -> None:
+        txn, self.txn, self.in_txn = self.txn, None, 0
+        if txn is not None:
+            try:
+                txn.commit()
+            except self._full:
+                raise self._map_full() from None
+
+    def _map_full(self) -> DatasetError:
+        return DatasetError(f"LMDB map full while writing {self.path}: the size estimate was "
+                            "too small")
+
+    def close(self) -> None:
+        """Commit what is pending and close the environment."""
+        try:
+            self.commit()
+        finally:
+            self.env.close()
+
+    def abort(self) -> None:
+        """Drop what is pending (not committed) and close the environment."""
+        txn, self.txn = self.txn, None
+        try:
+            if txn is not None:
+                txn.abort()
+        finally:
+            self.env.close()

@@ -273,12 +273,10 @@ def host_meta() -> dict:
             meta[key] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             pass
-    try:
-        import lmdb
+    from .lmdbenv import liblmdb_version
 
-        meta["liblmdb"] = ".".join(map(str, lmdb.version()))
-    except ImportError:
-        pass
+    if liblmdb_version() is not None:
+        meta["liblmdb"] = liblmdb_version()
     meta["mpi"] = _mpi_library()
     return meta
 

@@ -203,3 +203,26 @@ def test_the_library_reads_without_the_labs_packages(tmp_path):
     out = subprocess.run([sys.executable, str(tmp_path / "block.py"), ",".join(LAB_ONLY),
                           str(tmp_path / "cli.py")], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "pip install 'lmdbio[lab]'" in out.stderr, out.stderr
+
+
+def lmdb_importers(root: Path) -> list[str]:
+    """Library modules (not the lab) that import py-lmdb (``lmdb``) themselves."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        mod = module_name(path, root)
+        if mod == LAB or mod.startswith(LAB + "."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                     else [])
+            if any(n == "lmdb" or n.startswith("lmdb.") for n in names):
+                out.append(mod)
+                break
+    return out
+
+
+def test_every_py_lmdb_call_of_the_library_is_in_lmdbenv():
+    """lmdbenv is where the library meets py-lmdb (one Environment per file per process, error
+    translation, snapshots): no other library module imports it."""
+    assert lmdb_importers(PKG) == ["lmdbio.lmdbenv"]
