@@ -31,7 +31,8 @@ def coalesce_batches(batch_bytes: float, target_bytes: int, max_batches: int) ->
     if target_bytes <= 0:
         return 1
     k = 2 ** max(0, int(math.floor(math.log2(max(1.0, target_bytes / max(1.0, batch_bytes))))))
-    return int(max(1, min(k, max(1, max_batches))))
+    cap = 1 << (max(1, max_batches).bit_length() - 1)   # the largest power of two <= max_batches
+    return int(min(k, cap))
 
 
 def positions_runs(start: int, count: int, n: int) -> list[tuple[int, int]]:
