@@ -70,7 +70,7 @@ class Reader:
         stagger_size: STAG's readers per group (default half the readers).
         build_provenance: PROV builds a missing or stale sidecar instead of failing.
         measure: record per-phase timings for :meth:`stats`.
-        shuffle, seed, shuffle_chunk, shuffle_window, last_batch: :meth:`epoch`'s order and
+        shuffle, seed, shuffle_block, shuffle_window, last_batch: :meth:`epoch`'s order and
             last batch (:class:`lmdbio.pipeline.EpochPlan`). ``shuffle``: False (file
             order), True or ``"window"`` (each window shuffled whole: most random; node
             readers read whole windows), ``"shard"`` (each rank shuffles its own contiguous
@@ -91,7 +91,7 @@ class Reader:
                  coalesce_bytes: int | None = None, stagger_size: int | None = None,
                  build_provenance: bool = False, measure: bool = True,
                  on_error: str | None = None, shuffle: bool | str = False, seed: int = 0,
-                 shuffle_chunk: int | None = None, shuffle_window: int = 4,
+                 shuffle_block: int | None = None, shuffle_window: int = 4,
                  last_batch: str = "short", prefetch: int = 0):
         # The Reader talks on its own duplicate (its first collective call), so none of its
         # messages meets the user's or another Reader's on the same communicator.
@@ -115,7 +115,7 @@ class Reader:
         def check_args():
             check_settings(on_error)
             check_node_args(ranks_per_node, readers_per_node)
-            self.epochs = EpochPlan(shuffle, seed, shuffle_chunk, shuffle_window, last_batch)
+            self.epochs = EpochPlan(shuffle, seed, shuffle_block, shuffle_window, last_batch)
             self.batch_size = check_batch_size(batch_size, self.nprocs)
             f = db_file(str(path).replace("{node}", str(node)))
             return (*resolve_variant(variant, options, f, chooser=self.rank == 0,

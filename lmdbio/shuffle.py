@@ -1,12 +1,12 @@
-"""Epoch order for training: chunks of consecutive records permuted, then shuffled within windows.
+"""Epoch order for training: blocks of consecutive records permuted, then shuffled within windows.
 
-A chunk is a run of consecutive records (what COAL reads in one request),
-so a shuffled epoch still reads large runs; a window of several chunks is
-then shuffled record by record, so a batch mixes records of several chunks.
-The order is a pure function of ``(n, chunk, window, seed, epoch)``: every
+A block is a run of consecutive records (what COAL reads in one request),
+so a shuffled epoch still reads large runs; a window of several blocks is
+then shuffled record by record, so a batch mixes records of several blocks.
+The order is a pure function of ``(n, block, window, seed, epoch)``: every
 rank computes the same one without talking to the others.
 
-Two modes (:data:`MODES`) share the chunks and windows and differ inside a window:
+Two modes (:data:`MODES`) share the blocks and windows and differ inside a window:
 
 - ``"window"`` (:func:`epoch_order`): the window's records are shuffled
   among all of its positions, so every rank's share of a batch is drawn from
@@ -66,50 +66,50 @@ def check_count(name: str, value, minimum: int) -> int:
     return int(value)
 
 
-def epoch_order(n: int, chunk: int, window: int, seed: int, epoch: int) -> np.ndarray:
+def epoch_order(n: int, block: int, window: int, seed: int, epoch: int) -> np.ndarray:
     """The global record order of one epoch: a permutation of ``range(n)`` (int64).
 
     Args:
         n: records in the dataset.
-        chunk: records per chunk; chunks (consecutive records, the last one
+        block: records per block; blocks (consecutive records, the last one
             possibly shorter) are permuted.
-        window: chunks per window; the records of each window of consecutive
-            chunks (in the permuted order) are shuffled among themselves.
-            ``window=1`` keeps each chunk's records together.
+        window: blocks per window; the records of each window of consecutive
+            blocks (in the permuted order) are shuffled among themselves.
+            ``window=1`` keeps each block's records together.
         seed: the run's seed (>= 0).
         epoch: the epoch number (>= 0); each epoch has its own order.
     Returns:
         ``order`` with ``order[i]`` the record read i-th in the epoch.
     """
-    rng, perm = _chunk_permutation(n, chunk, seed, epoch)
+    rng, perm = _block_permutation(n, block, seed, epoch)
     window = check_count("window", window, 1)
-    n, chunk, nchunks = int(n), int(chunk), len(perm)
-    starts = perm * chunk
-    lens = np.minimum(chunk, n - starts)
-    first = np.cumsum(lens) - lens                 # where each permuted chunk begins in the order
+    n, block, nblocks = int(n), int(block), len(perm)
+    starts = perm * block
+    lens = np.minimum(block, n - starts)
+    first = np.cumsum(lens) - lens                 # where each permuted block begins in the order
     order = np.repeat(starts - first, lens) + np.arange(n)
     # Shuffle within windows: sort by (window, random key); windows are already in order.
-    win = np.repeat(np.arange(nchunks) // window, lens)
+    win = np.repeat(np.arange(nblocks) // window, lens)
     return order[np.lexsort((rng.random(n), win))]
 
 
-def _chunk_permutation(n: int, chunk: int, seed: int, epoch: int):
-    """The epoch's generator and its first draw: the permutation of the chunks."""
+def _block_permutation(n: int, block: int, seed: int, epoch: int):
+    """The epoch's generator and its first draw: the permutation of the blocks."""
     n = check_count("n", n, 1)
-    chunk = check_count("chunk", chunk, 1)
+    block = check_count("block", block, 1)
     rng = np.random.default_rng([check_count("seed", seed, 0), check_count("epoch", epoch, 0)])
-    return rng, rng.permutation(-(-n // chunk))
+    return rng, rng.permutation(-(-n // block))
 
 
-def record_windows(n: int, chunk: int, window: int, seed: int, epoch: int) -> np.ndarray:
+def record_windows(n: int, block: int, window: int, seed: int, epoch: int) -> np.ndarray:
     """The window of :func:`epoch_order` (same arguments) each record is shuffled in: ``w[p]``
     for record ``p`` (int64; windows numbered in epoch order). Its records are the ``window``
-    chunks that come ``w``-th in the permuted order."""
-    _, perm = _chunk_permutation(n, chunk, seed, epoch)
+    blocks that come ``w``-th in the permuted order."""
+    _, perm = _block_permutation(n, block, seed, epoch)
     window = check_count("window", window, 1)
     rank = np.empty(len(perm), dtype=np.int64)
     rank[perm] = np.arange(len(perm))
-    return rank[np.arange(int(n), dtype=np.int64) // int(chunk)] // window
+    return rank[np.arange(int(n), dtype=np.int64) // int(block)] // window
 
 
 def position_ranks(n: int, batch_size: int, nprocs: int, policy: str = DEFAULT_POLICY) -> np.ndarray:
@@ -139,11 +139,11 @@ def position_ranks(n: int, batch_size: int, nprocs: int, policy: str = DEFAULT_P
     return out
 
 
-def shard_order(n: int, chunk: int, window: int, seed: int, epoch: int, batch_size: int,
+def shard_order(n: int, block: int, window: int, seed: int, epoch: int, batch_size: int,
                 nprocs: int, policy: str = DEFAULT_POLICY) -> np.ndarray:
     """The ``"shard"`` mode's order: shard each window among the ranks, then shuffle each shard.
 
-    The chunks and windows are :func:`epoch_order`'s (same ``record_windows``).
+    The blocks and windows are :func:`epoch_order`'s (same ``record_windows``).
     In each window, the positions rank r delivers (:func:`position_ranks`)
     hold a random permutation of the window's records ``c_r .. c_r + n_r - 1``
     in file order (``n_r``: how many of the window's positions rank r
@@ -152,9 +152,9 @@ def shard_order(n: int, chunk: int, window: int, seed: int, epoch: int, batch_si
     others share the rest. At ``nprocs = 1`` this is :func:`epoch_order`.
     A pure function of all its arguments: every rank computes the same order.
     """
-    order = epoch_order(n, chunk, window, seed, epoch)
+    order = epoch_order(n, block, window, seed, epoch)
     owner = position_ranks(n, batch_size, nprocs, policy)
-    win = record_windows(n, chunk, window, seed, epoch)[order]    # non-decreasing
+    win = record_windows(n, block, window, seed, epoch)[order]    # non-decreasing
     give = np.flatnonzero(owner < nprocs)
     o, w = order[give], win[give]
     # epoch_order's records ranked within (window, owner) are a uniform random bijection of
@@ -279,40 +279,40 @@ def _order_stats(o0: np.ndarray, o1: np.ndarray, batch_size: int) -> dict:
             "epoch_correlation": position_correlation(o0, o1)}
 
 
-def randomness_table(n: int, batch_size: int, chunks, windows, seed: int = 0) -> list[dict]:
-    """Randomness of the orders for each (chunk, window): one row each, plus the two extremes.
+def randomness_table(n: int, batch_size: int, blocks, windows, seed: int = 0) -> list[dict]:
+    """Randomness of the orders for each (block, window): one row each, plus the two extremes.
 
-    The extremes: the unshuffled order (chunk and window 0) and a uniform
-    shuffle (chunks of one record).
+    The extremes: the unshuffled order (block and window 0) and a uniform
+    shuffle (blocks of one record).
 
-    Columns: ``chunk``, ``window``, ``records_per_window``, ``mean_distance``
+    Columns: ``block``, ``window``, ``records_per_window``, ``mean_distance``
     (in a batch, :func:`mean_batch_distance`), ``distance_vs_uniform`` (that
     over ``n / 3``, the uniform shuffle's), ``adjacent`` (:func:`adjacent_fraction`)
     and ``epoch_correlation`` (:func:`position_correlation` of epochs 0 and 1).
     """
     rows = []
-    settings = [(0, 0, "unshuffled")] + [(c, w, "") for c in chunks for w in windows] \
-        + [(1, 1, "uniform (chunks of one record)")]
-    for chunk, window, note in settings:
+    settings = [(0, 0, "unshuffled")] + [(c, w, "") for c in blocks for w in windows] \
+        + [(1, 1, "uniform (blocks of one record)")]
+    for block, window, note in settings:
         if note == "unshuffled":
             o0 = o1 = np.arange(n)
         else:
-            o0 = epoch_order(n, chunk, window, seed, 0)
-            o1 = epoch_order(n, chunk, window, seed, 1)
+            o0 = epoch_order(n, block, window, seed, 0)
+            o1 = epoch_order(n, block, window, seed, 1)
         stats = _order_stats(o0, o1, batch_size)
-        rows.append({"chunk": chunk, "window": window, "records_per_window": min(n, chunk * window)
-                     if chunk else 0,
+        rows.append({"block": block, "window": window, "records_per_window": min(n, block * window)
+                     if block else 0,
                      "note": note, "mean_distance": stats["mean_distance"],
                      "distance_vs_uniform": stats["mean_distance"] / (n / 3),
                      "adjacent": stats["adjacent"], "epoch_correlation": stats["epoch_correlation"]})
     return rows
 
 
-def mode_table(n: int, batch_size: int, chunks, windows, nprocs=(1, 4, 16), seed: int = 0,
+def mode_table(n: int, batch_size: int, blocks, windows, nprocs=(1, 4, 16), seed: int = 0,
                policy: str = DEFAULT_POLICY) -> list[dict]:
-    """The two shuffle modes side by side: one row per (chunk, window, nprocs, mode).
+    """The two shuffle modes side by side: one row per (block, window, nprocs, mode).
 
-    Columns: ``mode`` (:data:`MODES`), ``nprocs``, ``chunk``, ``window``,
+    Columns: ``mode`` (:data:`MODES`), ``nprocs``, ``block``, ``window``,
     ``records_per_window``, ``mean_distance`` (in a global batch,
     :func:`mean_batch_distance`), ``share_distance`` (in one rank's share,
     :func:`mean_share_distance`), ``adjacent`` (:func:`adjacent_fraction`) and
@@ -321,17 +321,17 @@ def mode_table(n: int, batch_size: int, chunks, windows, nprocs=(1, 4, 16), seed
     """
     rows = []
     for p in nprocs:
-        for chunk in chunks:
+        for block in blocks:
             for window in windows:
                 for mode in MODES:
                     if mode == "window":
-                        o0, o1 = (epoch_order(n, chunk, window, seed, e) for e in (0, 1))
+                        o0, o1 = (epoch_order(n, block, window, seed, e) for e in (0, 1))
                     else:
-                        o0, o1 = (shard_order(n, chunk, window, seed, e, batch_size, p, policy)
+                        o0, o1 = (shard_order(n, block, window, seed, e, batch_size, p, policy)
                                   for e in (0, 1))
                     stats = _order_stats(o0, o1, batch_size)
-                    rows.append({"mode": mode, "nprocs": p, "chunk": chunk, "window": window,
-                                 "records_per_window": min(n, chunk * window),
+                    rows.append({"mode": mode, "nprocs": p, "block": block, "window": window,
+                                 "records_per_window": min(n, block * window),
                                  "mean_distance": stats["mean_distance"],
                                  "share_distance": mean_share_distance(o0, batch_size, p),
                                  "adjacent": stats["adjacent"],
@@ -341,10 +341,10 @@ def mode_table(n: int, batch_size: int, chunks, windows, nprocs=(1, 4, 16), seed
 
 def format_mode_table(rows: list[dict]) -> str:
     """The rows of :func:`mode_table` as a fixed-width text table."""
-    lines = [f"{'mode':>6} {'P':>3} {'chunk':>6} {'window':>6} {'rec/window':>10} {'mean dist':>10} "
+    lines = [f"{'mode':>6} {'P':>3} {'block':>6} {'window':>6} {'rec/window':>10} {'mean dist':>10} "
              f"{'share dist':>10} {'adjacent':>8} {'epoch corr':>10}"]
     for r in rows:
-        lines.append(f"{r['mode']:>6} {r['nprocs']:>3} {r['chunk']:>6} {r['window']:>6} "
+        lines.append(f"{r['mode']:>6} {r['nprocs']:>3} {r['block']:>6} {r['window']:>6} "
                      f"{r['records_per_window']:>10} {r['mean_distance']:>10.1f} "
                      f"{r['share_distance']:>10.1f} {r['adjacent']:>8.3f} "
                      f"{r['epoch_correlation']:>10.3f}")
@@ -353,11 +353,11 @@ def format_mode_table(rows: list[dict]) -> str:
 
 def format_table(rows: list[dict]) -> str:
     """The rows of :func:`randomness_table` as a fixed-width text table."""
-    head = (f"{'chunk':>7} {'window':>6} {'rec/window':>10} {'mean dist':>10} {'vs uniform':>10} "
+    head = (f"{'block':>7} {'window':>6} {'rec/window':>10} {'mean dist':>10} {'vs uniform':>10} "
             f"{'adjacent':>8} {'epoch corr':>10}  note")
     lines = [head]
     for r in rows:
-        lines.append(f"{r['chunk']:>7} {r['window']:>6} {r['records_per_window']:>10} "
+        lines.append(f"{r['block']:>7} {r['window']:>6} {r['records_per_window']:>10} "
                      f"{r['mean_distance']:>10.1f} {r['distance_vs_uniform']:>10.3f} "
                      f"{r['adjacent']:>8.3f} {r['epoch_correlation']:>10.3f}  {r['note']}")
     return "\n".join(lines)
@@ -369,6 +369,6 @@ if __name__ == "__main__":  # python -m lmdbio.shuffle [N] [BATCH]: the table fo
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 60000
     batch = int(sys.argv[2]) if len(sys.argv) > 2 else 256
     print(f"n = {n}, batch = {batch}, seed 0, epochs 0 and 1")
-    print(format_table(randomness_table(n, batch, chunks=(16, 64, 256, 1024), windows=(1, 4, 16))))
+    print(format_table(randomness_table(n, batch, blocks=(16, 64, 256, 1024), windows=(1, 4, 16))))
     print("\nthe two modes (window: shuffle the whole window; shard: each rank a contiguous slice)")
-    print(format_mode_table(mode_table(n, batch, chunks=(64, 512, 1024), windows=(1, 4, 16))))
+    print(format_mode_table(mode_table(n, batch, blocks=(64, 512, 1024), windows=(1, 4, 16))))

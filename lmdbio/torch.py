@@ -49,7 +49,7 @@ def _dataset_class():
             decode: yield ``(images, labels)`` tensors (True) or Batches.
             comm: MPI communicator (default COMM_WORLD).
             **reader_args: for :class:`lmdbio.Reader` (variant, shuffle, seed,
-                shuffle_chunk, shuffle_window, last_batch, prefetch, ...).
+                shuffle_block, shuffle_window, last_batch, prefetch, ...).
         """
 
         def __init__(self, path, batch_size: int, decode: bool = True, comm=None,

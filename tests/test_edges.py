@@ -299,7 +299,7 @@ def test_no_stamp_is_written_where_others_may_write(small_db, tmp_path, caplog):
 BAD_ARGUMENTS = [
     ("batch_size", 0), ("batch_size", -1), ("batch_size", 3.5), ("batch_size", "x"),
     ("prefetch", -1), ("prefetch", True), ("shuffle", "bogus"), ("last_batch", "x"),
-    ("seed", -1), ("seed", 0.5), ("shuffle_window", 0), ("shuffle_chunk", 0),
+    ("seed", -1), ("seed", 0.5), ("shuffle_window", 0), ("shuffle_block", 0),
     ("ranks_per_node", 0), ("ranks_per_node", True), ("readers_per_node", 0), ("variant", "nope"),
     ("variant", 3), ("coalesce_bytes", -1), ("coalesce_bytes", "4MB"), ("stagger_size", -1),
     ("on_error", "x"), ("options", "lmdb"),
@@ -325,7 +325,7 @@ def test_the_library_functions_raise_the_same_tree():
 
     calls = [
         (lambda: shuffle.epoch_order(10, 2, 1, 0.5, 0), "seed"),
-        (lambda: shuffle.epoch_order(10, 0, 1, 0, 0), "chunk"),
+        (lambda: shuffle.epoch_order(10, 0, 1, 0, 0), "block"),
         (lambda: shuffle.global_batches(list(range(10)), 5, "wrap"), "last_batch"),
         (lambda: shuffle.rank_batches(list(range(10)), 3, 3, 3), "rank"),
         (lambda: shuffle.position_correlation([0, 1], [0]), "order_a"),

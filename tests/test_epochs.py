@@ -34,7 +34,7 @@ def test_variants_split_as_expected():
 @pytest.mark.parametrize("nprocs,k", [(1, 1), (3, 2), (4, 4)])
 def test_rows_match_lmdbio_shuffle(policy, nprocs, k):
     n, B = 203, 12
-    plan = EpochPlan(shuffle=True, seed=5, chunk=9, window=2, last_batch=policy)
+    plan = EpochPlan(shuffle=True, seed=5, block=9, window=2, last_batch=policy)
     er = epoch_rows(plan, n, B, nprocs, k, 3)
     order = lmdbio.shuffle.epoch_order(n, 9, 2, 5, 3)
     assert len(er.rows) % k == 0 and er.batches == lmdbio.shuffle.num_batches(n, B, policy)
@@ -47,11 +47,11 @@ def test_rows_match_lmdbio_shuffle(policy, nprocs, k):
 
 @pytest.mark.parametrize("mode", ["window", "shard"])
 def test_every_shuffling_variant_gives_one_order_with_the_default_chunk(tmp_path_factory, mode):
-    """No shuffle_chunk given: the chunk comes from the dataset and the batch, never from the
+    """No shuffle_block given: the chunk comes from the dataset and the batch, never from the
     variant's own COAL chunk (lmdb-get reads 1 batch per request, the COAL stack 4 here: they
     gave different orders of the same epoch before)."""
     from lmdbio.datasets import make_dataset
-    from lmdbio.pipeline.epoch import default_chunk
+    from lmdbio.pipeline.epoch import default_block
 
     db = make_dataset(tmp_path_factory.mktemp("chunk") / "c", "cifar10", 2000, seed=3)
     orders, ks = {}, {}
@@ -68,7 +68,7 @@ def test_every_shuffling_variant_gives_one_order_with_the_default_chunk(tmp_path
     # One process, last batch short: the delivered order is the plan's whole order.
     mean = (db / "data.mdb").stat().st_size / 2000
     plan = EpochPlan(shuffle=mode, seed=2)
-    assert np.array_equal(first, plan.order(2000, default_chunk(2000, 64, mean), 1, 64, 1))
+    assert np.array_equal(first, plan.order(2000, default_block(2000, 64, mean), 1, 64, 1))
 
 
 def test_one_process_every_variant_every_policy(db):
@@ -88,7 +88,7 @@ def test_one_process_every_variant_every_policy(db):
 
 def test_shuffled_epochs_differ_and_cover(db):
     with lmdbio.Reader(db, 8, MPI.COMM_SELF, variant="lmdbio-direct", shuffle=True, seed=1,
-                       shuffle_chunk=16) as r:
+                       shuffle_block=16) as r:
         e0 = np.concatenate([b.indices for b in r.epoch(0)])
         r.set_epoch(1)
         e1 = np.concatenate([b.indices for b in r])
@@ -159,7 +159,7 @@ def test_shard_epochs_sixteen_ranks_on_virtual_nodes(db):
 
 
 def test_a_shuffled_plan_without_its_chunk_is_refused():
-    """One default chunk (the pipeline's default_chunk), not a second one inside epoch_rows."""
+    """One default chunk (the pipeline's default_block), not a second one inside epoch_rows."""
     with pytest.raises(ValueError, match="needs its chunk"):
         epoch_rows(EpochPlan(shuffle="shard"), 203, 12, 3, 2, 1)
     rows = epoch_rows(EpochPlan(), 203, 12, 3, 2, 1)   # file order has no chunks to size

@@ -34,7 +34,7 @@ def _epochs(db, variant, depth, shuffle):
     env.close()
     out = []
     with lmdbio.Reader(db, 8, MPI.COMM_SELF, variant=variant, prefetch=depth, shuffle=shuffle,
-                       shuffle_chunk=16, coalesce_bytes=1) as r:
+                       shuffle_block=16, coalesce_bytes=1) as r:
         for e in range(2):
             prev = None
             for b in r.epoch(e):

@@ -21,7 +21,7 @@ def _delivered(order, batch, nprocs, policy):
 @pytest.mark.parametrize("nprocs", [1, 3, 4, 16])
 @pytest.mark.parametrize("n", [N, 960])  # with and without a partial last batch
 def test_short_delivers_every_record_exactly_once(nprocs, n):
-    order = shuffle.epoch_order(n, chunk=10, window=3, seed=7, epoch=2)
+    order = shuffle.epoch_order(n, block=10, window=3, seed=7, epoch=2)
     per_rank, flat = _delivered(order, B, nprocs, "short")
     assert sorted(flat.tolist()) == list(range(n))
     nb = shuffle.num_batches(n, B, "short")
@@ -35,7 +35,7 @@ def test_short_delivers_every_record_exactly_once(nprocs, n):
 
 @pytest.mark.parametrize("nprocs", [1, 3, 4, 16])
 def test_pad_fills_the_last_batch_from_the_start(nprocs):
-    order = shuffle.epoch_order(N, chunk=10, window=3, seed=7, epoch=0)
+    order = shuffle.epoch_order(N, block=10, window=3, seed=7, epoch=0)
     per_rank, flat = _delivered(order, B, nprocs, "pad")
     rest = N % B
     assert Counter(flat.tolist()) == Counter(list(range(N)) + order[:B - rest].tolist())
@@ -44,7 +44,7 @@ def test_pad_fills_the_last_batch_from_the_start(nprocs):
 
 @pytest.mark.parametrize("nprocs", [1, 3, 4, 16])
 def test_drop_leaves_out_the_partial_batch(nprocs):
-    order = shuffle.epoch_order(N, chunk=10, window=3, seed=7, epoch=0)
+    order = shuffle.epoch_order(N, block=10, window=3, seed=7, epoch=0)
     per_rank, flat = _delivered(order, B, nprocs, "drop")
     keep = N - N % B
     assert sorted(flat.tolist()) == sorted(order[:keep].tolist())
@@ -101,7 +101,7 @@ def test_bad_arguments_are_clear():
         shuffle.rank_batches(order, 4, 3, 0)
     with pytest.raises(ValueError, match="rank 3 is not below nprocs 3"):
         shuffle.rank_batches(order, 3, 3, 3)
-    with pytest.raises(ValueError, match="chunk must be >= 1"):
+    with pytest.raises(ValueError, match="block must be >= 1"):
         shuffle.epoch_order(10, 0, 1, 0, 0)
     with pytest.raises(ConfigurationError, match="seed must be an integer"):
         shuffle.epoch_order(10, 2, 1, 0.5, 0)
@@ -122,8 +122,8 @@ def test_randomness_metrics():
     near = shuffle.mean_batch_distance(shuffle.epoch_order(n, 256, 1, 0, 0), 64)
     wide = shuffle.mean_batch_distance(shuffle.epoch_order(n, 256, 16, 0, 0), 64)
     assert near < 256 < 0.5 * n / 3 < wide
-    rows = shuffle.randomness_table(n, 64, chunks=(16, 256), windows=(1, 4))
-    assert [(r["chunk"], r["window"]) for r in rows] == \
+    rows = shuffle.randomness_table(n, 64, blocks=(16, 256), windows=(1, 4))
+    assert [(r["block"], r["window"]) for r in rows] == \
         [(0, 0), (16, 1), (16, 4), (256, 1), (256, 4), (1, 1)]
     text = shuffle.format_table(rows)
     assert "unshuffled" in text and len(text.splitlines()) == len(rows) + 1

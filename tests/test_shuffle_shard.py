@@ -77,7 +77,7 @@ def test_one_rank_gives_the_window_order(policy):
         for epoch in (0, 3):
             assert np.array_equal(sh.shard_order(N, chunk, window, 2, epoch, B, 1, policy),
                                   sh.epoch_order(N, chunk, window, 2, epoch))
-    rows = sh.mode_table(N, B, chunks=(16,), windows=(4,), nprocs=(1,))
+    rows = sh.mode_table(N, B, blocks=(16,), windows=(4,), nprocs=(1,))
     a, b = ({k: v for k, v in r.items() if k != "mode"} for r in rows)
     assert a == b
 
@@ -91,7 +91,7 @@ def test_shard_order_depends_on_ranks_and_seeds_only():
 
 
 def test_mode_table_shows_the_cost():
-    rows = sh.mode_table(6000, 256, chunks=(64,), windows=(16,), nprocs=(1, 16))
+    rows = sh.mode_table(6000, 256, blocks=(64,), windows=(16,), nprocs=(1, 16))
     by = {(r["mode"], r["nprocs"]): r for r in rows}
     # At P = 16 a rank's share comes from 1/16 of a 1,024-record window: close together.
     assert by["shard", 16]["share_distance"] < 0.1 * by["window", 16]["share_distance"]
@@ -102,7 +102,7 @@ def test_mode_table_shows_the_cost():
 @pytest.mark.parametrize("policy", sh.POLICIES)
 @pytest.mark.parametrize("nprocs,k", [(1, 1), (3, 2), (4, 4), (16, 3)])
 def test_rows_match_shard_order(policy, nprocs, k):
-    plan = EpochPlan(shuffle="shard", seed=5, chunk=9, window=2, last_batch=policy)
+    plan = EpochPlan(shuffle="shard", seed=5, block=9, window=2, last_batch=policy)
     er = epoch_rows(plan, N, B, nprocs, k, 3)
     order = sh.shard_order(N, 9, 2, 5, 3, B, nprocs, policy)
     share = B // nprocs
@@ -115,8 +115,8 @@ def test_rows_match_shard_order(policy, nprocs, k):
 def test_plan_modes():
     assert EpochPlan(shuffle=True).mode == EpochPlan(shuffle="window").mode == "window"
     assert EpochPlan(shuffle="shard").mode == "shard" and EpochPlan().mode is None
-    a = epoch_rows(EpochPlan(shuffle=True, chunk=9), N, B, 4, 2, 1)
-    b = epoch_rows(EpochPlan(shuffle="window", chunk=9), N, B, 4, 2, 1)
+    a = epoch_rows(EpochPlan(shuffle=True, block=9), N, B, 4, 2, 1)
+    b = epoch_rows(EpochPlan(shuffle="window", block=9), N, B, 4, 2, 1)
     assert np.array_equal(a.rows, b.rows)
     for bad in ("random", "Shard", 1, None):
         with pytest.raises(ValueError, match="'window', 'shard'"):

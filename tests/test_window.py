@@ -17,7 +17,7 @@ N, B = 4000, 32
 # COAL at 512 KiB: k = 2 batches (64 records, ~200 KB) per chunk; shuffled chunks of as many
 # records. A window of 32 chunks spreads a chunk's 64 records over 2,048 (~100 KB apart): read
 # chunk by chunk, one request each.
-SETTINGS = dict(coalesce_bytes=1 << 19, shuffle_window=32, shuffle_chunk=64, seed=7)
+SETTINGS = dict(coalesce_bytes=1 << 19, shuffle_window=32, shuffle_block=64, seed=7)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_shuffled_epoch_reads_about_as_few_requests_as_file_order(db, variant):
 @pytest.mark.parametrize("policy", ["short", "pad", "drop"])
 def test_window_serves_the_same_batches_and_bytes(db, policy):
     idx, values, _, _, k = _epoch(db, "lmdbio-direct", True, policy)
-    plan = EpochPlan(shuffle=True, seed=7, window=32, chunk=64, last_batch=policy)
+    plan = EpochPlan(shuffle=True, seed=7, window=32, block=64, last_batch=policy)
     rows = epoch_rows(plan, N, B, 1, k, 1)
     want = rows.rows[:rows.batches].ravel()
     if policy == "short":

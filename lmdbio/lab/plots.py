@@ -564,11 +564,11 @@ def beyond(randomness: pd.DataFrame, rate: dict, overlap: pd.DataFrame | None, d
     notes = notes or {}
     fig, axes = plt.subplots(1, 4, figsize=(19, 4.3))
     a1, a2, a3, a4 = axes
-    r = randomness[randomness["chunk"] > 0].copy()
+    r = randomness[randomness["block"] > 0].copy()
     r = r[r["note"].fillna("") == ""]
     for i, (w, g) in enumerate(r.groupby("window")):
-        a1.plot(g["chunk"], g["distance_vs_uniform"], "o-", color=f"C{i}", label=f"window {w} chunks: distance")
-        a1.plot(g["chunk"], g["epoch_correlation"].abs(), "x:", color=f"C{i}", label=f"window {w}: |epoch corr.|")
+        a1.plot(g["block"], g["distance_vs_uniform"], "o-", color=f"C{i}", label=f"window {w} blocks: distance")
+        a1.plot(g["block"], g["epoch_correlation"].abs(), "x:", color=f"C{i}", label=f"window {w}: |epoch corr.|")
     a1.set_xscale("log", base=2)
     a1.set_ylim(-0.02, 1.05)
     a1.set_xlabel("records per chunk")

@@ -50,7 +50,7 @@ from ..shuffle import record_windows
 from .coalesce import Coalesce
 from ..errors import ConfigurationError
 from .distribute import NodeGroup, Private, PrivateSlots
-from .epoch import EpochPlan, EpochRows, default_chunk, epoch_rows
+from .epoch import EpochPlan, EpochRows, default_block, epoch_rows
 from .fetch import MmapCopy, Preadv
 from .index import Index
 from .prefetch import Prefetch, check_prefetch
@@ -173,8 +173,8 @@ class Pipeline:
         # Collective: a group that cannot allocate its slots (no room in /dev/shm) raises on
         # every rank, not only on its own.
         collective(self.comm, d.setup, self.stream, slot_bytes(d.count * k, mean_size))
-        if self.epochs.chunk is None:
-            self.epochs = replace(self.epochs, chunk=default_chunk(n, batch_size, mean_size))
+        if self.epochs.block is None:
+            self.epochs = replace(self.epochs, block=default_block(n, batch_size, mean_size))
         return k
 
     # -- epochs
@@ -192,7 +192,7 @@ class Pipeline:
         self.window = NoWindow()
         if self.epochs.shuffle and self.locator.abilities.windowed and self.is_reader:
             plan = self.epochs
-            windows = record_windows(base.n, plan.chunk, plan.window, plan.seed, epoch)
+            windows = record_windows(base.n, plan.block, plan.window, plan.seed, epoch)
             self.window = Window(schedule, rows, self.per_rank, windows)
         return rows, schedule
 

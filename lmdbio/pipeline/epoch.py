@@ -3,7 +3,7 @@
 An epoch is a table of rows, one global batch each (:class:`EpochRows`); the
 pipeline's :class:`~lmdbio.plan.Layout` takes it, and every locator reads the
 positions its rows name. The order is the file order (``shuffle=False``),
-:func:`lmdbio.shuffle.epoch_order` (``shuffle=True`` or ``"window"``: chunks
+:func:`lmdbio.shuffle.epoch_order` (``shuffle=True`` or ``"window"``: blocks
 permuted, windows shuffled, seeded by ``(seed, epoch)``) or
 :func:`lmdbio.shuffle.shard_order` (``"shard"``: the same windows, each rank's
 positions of a window filled with a contiguous slice of it, shuffled): pure
@@ -29,7 +29,7 @@ from ..errors import ConfigurationError
 from ..options import DEFAULT_COALESCE_BYTES
 from ..plan import coalesce_batches
 
-__all__ = ["EpochPlan", "EpochRows", "epoch_rows", "default_chunk"]
+__all__ = ["EpochPlan", "EpochRows", "epoch_rows", "default_block"]
 
 
 @dataclass(frozen=True)
@@ -46,16 +46,16 @@ class EpochPlan:
             and the order depends on the rank count), so a node reader reads one run of
             ``1/R`` of each window: a file-order epoch's bytes.
         seed: the run's seed (>= 0); epoch ``e``'s order is seeded by ``(seed, e)``.
-        chunk: records per shuffled chunk (None: :func:`default_chunk`, the global batches
+        block: records per shuffle block (None: :func:`default_block`, the global batches
             whose bytes come nearest below COAL's default 4 MiB request; the same for every
             variant, rank count and node layout, so all of them deliver the same order).
-        window: chunks per shuffle window.
+        window: blocks per shuffle window.
         last_batch: ``"short"``, ``"pad"`` or ``"drop"`` (:mod:`lmdbio.shuffle`).
     """
 
     shuffle: bool | str = False
     seed: int = 0
-    chunk: int | None = None
+    block: int | None = None
     window: int = 4
     last_batch: str = sh.DEFAULT_POLICY
 
@@ -66,13 +66,13 @@ class EpochPlan:
             return "window"
         return self.shuffle or None
 
-    def order(self, n: int, chunk: int, epoch: int, batch: int, nprocs: int) -> np.ndarray:
-        """Epoch ``epoch``'s global order of ``n`` records (``chunk``: records per chunk)."""
+    def order(self, n: int, block: int, epoch: int, batch: int, nprocs: int) -> np.ndarray:
+        """Epoch ``epoch``'s global order of ``n`` records (``block``: records per shuffle block)."""
         if self.mode == "shard":
-            return sh.shard_order(n, chunk, self.window, self.seed, epoch, batch, nprocs,
+            return sh.shard_order(n, block, self.window, self.seed, epoch, batch, nprocs,
                                   self.last_batch)
         if self.mode == "window":
-            return sh.epoch_order(n, chunk, self.window, self.seed, epoch)
+            return sh.epoch_order(n, block, self.window, self.seed, epoch)
         return np.arange(n, dtype=np.int64)
 
     def __post_init__(self):
@@ -85,17 +85,17 @@ class EpochPlan:
                                      f"{', '.join(map(repr, sh.POLICIES))}, got {self.last_batch!r}")
         # Named as the Reader's arguments are, which is where users set them.
         for name, arg, minimum in (("seed", "seed", 0), ("window", "shuffle_window", 1),
-                                   ("chunk", "shuffle_chunk", 1)):
-            if name != "chunk" or self.chunk is not None:
+                                   ("block", "shuffle_block", 1)):
+            if name != "block" or self.block is not None:
                 label = arg if arg == name else f"{arg} (EpochPlan.{name})"
                 sh.check_count(label, getattr(self, name), minimum)
 
 
-def default_chunk(n: int, batch: int, mean_size: float) -> int:
-    """Records per shuffled chunk when none is asked for: ``k * batch``, with ``k`` the batches
+def default_block(n: int, batch: int, mean_size: float) -> int:
+    """Records per shuffle block when none is asked for: ``k * batch``, with ``k`` the batches
     whose bytes come nearest below COAL's default request (4 MiB), as if one reader read the
-    whole global batch. It depends on the dataset and the batch only: a reader's own chunk
-    (its share of ``k`` batches, which depends on the variant, the rank count and how many
+    whole global batch. It depends on the dataset and the batch only: a reader's own pipeline
+    chunk (its share of ``k`` batches, which depends on the variant, the rank count and how many
     ranks share a node reader) would give each variant its own order. cifar10 (3.1 KB
     records), ``B = 256``: 1,024 records."""
     return batch * coalesce_batches(batch * mean_size, DEFAULT_COALESCE_BYTES, n // batch)
@@ -118,15 +118,15 @@ class EpochRows:
 def epoch_rows(plan: EpochPlan, n: int, batch: int, nprocs: int, k: int, epoch: int) -> EpochRows:
     """Epoch ``epoch``'s rows for ``n`` records, global batches of ``batch``, ``k`` batches per
     pipeline chunk (the rows are padded to a multiple of it). A shuffled ``plan`` needs its
-    ``chunk`` (the pipeline sets :func:`default_chunk` where none was asked for). Raises
+    ``block`` (the pipeline sets :func:`default_block` where none was asked for). Raises
     ConfigurationError for ``batch > n`` (one batch would repeat records)."""
     nb = sh.num_batches(n, batch, plan.last_batch)
     sh.check_count("epoch", epoch, 0)
-    if plan.mode is not None and plan.chunk is None:
-        raise ConfigurationError("a shuffled epoch's plan needs its chunk (records per shuffled "
-                                 "chunk; default_chunk(n, batch, mean record size) is the "
+    if plan.mode is not None and plan.block is None:
+        raise ConfigurationError("a shuffled epoch's plan needs its block (records per shuffle "
+                                 "block; default_block(n, batch, mean record size) is the "
                                  "Reader's default)")
-    order = plan.order(n, plan.chunk, epoch, batch, nprocs)
+    order = plan.order(n, plan.block, epoch, batch, nprocs)
     full, rest = divmod(n, batch)
     rows = [order[:full * batch].reshape(full, batch)]
     share = batch // nprocs

@@ -1,18 +1,18 @@
 """WINDOW: a shuffled epoch reads each shuffle window once, as large extents, and serves its
 batches from memory.
 
-A shuffled epoch (:func:`lmdbio.shuffle.epoch_order`) permutes chunks of
+A shuffled epoch (:func:`lmdbio.shuffle.epoch_order`) permutes blocks of
 consecutive records and then shuffles records within windows of ``W``
-chunks, so one pipeline chunk of ``k`` batches holds records from all over
+blocks, so one pipeline chunk of ``k`` batches holds records from all over
 its window: read chunk by chunk, its records turn into many small requests.
 :class:`Window` instead reads, when a chunk first needs a window, every
 record of that window this reader still needs in the epoch (sorted, planned
-into the fewest extents: the window's ``W`` whole chunks of consecutive
+into the fewest extents: the window's ``W`` whole blocks of consecutive
 records, the same large requests a file-order epoch makes), and gathers
 each chunk's records from memory by position.
 
 Windows are the order's own (:func:`lmdbio.shuffle.record_windows`), not
-runs of rows: where the dataset's short chunk comes earlier in the order,
+runs of rows: where the dataset's short block comes earlier in the order,
 the windows no longer start on a row, and a batch straddles two windows;
 the short or padded last batch and the padding rows reach back into the
 first window. A chunk's records may therefore lie in two (rarely three)
@@ -21,8 +21,8 @@ dropped when a chunk no longer needs it.
 
 Memory per reader: at most two windows at once (three only where a padded
 last batch reaches back to the first), each the extents of the reader's
-records in ``W`` chunks of ``C`` records (``C``:
-:func:`~lmdbio.pipeline.epoch.default_chunk` unless ``shuffle_chunk`` is
+records in ``W`` blocks of ``C`` records (``C``:
+:func:`~lmdbio.pipeline.epoch.default_block` unless ``shuffle_block`` is
 given), holes included. A reader that reads part of each batch (several
 readers) still reads its window whole where its records lie less than
 64 KiB apart (the extents' gap): ``W * C`` records' pages either way. The

@@ -51,7 +51,7 @@ for variant in args.variants.split(","):
             seen = []
             with lmdbio.Reader(args.db, B, comm, variant=variant, ranks_per_node=rpn,
                                readers_per_node=int(rpr_s), build_provenance=True,
-                               shuffle=SHUFFLE, seed=3, shuffle_chunk=args.chunk,
+                               shuffle=SHUFFLE, seed=3, shuffle_block=args.chunk,
                                shuffle_window=args.window, last_batch=policy,
                                prefetch=args.prefetch) as r:
                 for e in range(args.epochs):

@@ -32,7 +32,7 @@ from lmdbio.torch import LmdbDataset
 db = sys.argv[1]
 comm = MPI.COMM_WORLD
 B = 4 * comm.size
-ARGS = dict(shuffle=True, seed=5, shuffle_chunk=6, shuffle_window=3)
+ARGS = dict(shuffle=True, seed=5, shuffle_block=6, shuffle_window=3)
 EPOCHS = (0, 1, 2, 0)
 failures = []
 

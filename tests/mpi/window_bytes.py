@@ -19,7 +19,7 @@ db, rpn, variant = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 comm = MPI.COMM_WORLD
 B = 8 * comm.size
 # 64-record chunks, 32 per window: a window is 2,048 records (~8 MB of overflow pages).
-SETTINGS = dict(seed=7, shuffle_chunk=64, shuffle_window=32, coalesce_bytes=1 << 19)
+SETTINGS = dict(seed=7, shuffle_block=64, shuffle_window=32, coalesce_bytes=1 << 19)
 bad = 0
 for mode in (False, "window", "shard"):
     with lmdbio.Reader(db, B, comm, variant=variant, ranks_per_node=rpn, build_provenance=True,

@@ -162,7 +162,7 @@ class Combo:
                     last_batch=self.last_batch, ranks_per_node=self.ranks_per_node,
                     readers_per_node=self.readers_per_node, build_provenance=False,
                     coalesce_bytes=SMALL_COALESCE if self.coalesce == "small" else None,
-                    seed=7, shuffle_chunk=24, shuffle_window=3)
+                    seed=7, shuffle_block=24, shuffle_window=3)
 
     def label(self) -> str:
         topo = f"{self.ranks_per_node or 'node'}x{self.readers_per_node}r"
