@@ -21,6 +21,8 @@
 #
 # Usage: benchmarks/run_shared_sweep.sh     (from the repository root, after `make venv`, as root)
 #   REPEATS=1 PROCS=4 K_CHECK= benchmarks/run_shared_sweep.sh   for a quicker look
+#   PROCS=64 K_MAIN=1 K_CHECK= TAG=p64 benchmarks/run_shared_sweep.sh   P = 64 into its own
+#   folder (cifar10-cold-k1-p64), reported with the others
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,7 +57,7 @@ fi
 "$BIN/lmdbio" index "$dir" >/dev/null   # PROV's sidecar must be current before the read-only image
 
 run() {   # run K PROCS
-    local k=$1 procs=$2 name="cifar10-cold-k$1"
+    local k=$1 procs=$2 name="cifar10-cold-k$1${TAG:+-$TAG}"
     time LMDBIO_SHARED_TIME_SCALE=$k "$BIN/lmdbio" bench --dataset "$dir" --variants "$VARIANTS" \
         --procs "$procs" --cache cold --batch-size "$BATCH" --iters "$ITERS" --warmup "$WARMUP" \
         --repeats "$REPEATS" --ranks-per-node "$RANKS_PER_NODE" --storage "shared:$PROFILE" \

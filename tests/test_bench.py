@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -75,6 +76,70 @@ def test_run_point_rows_and_summary(db, comm):
         assert by.loc[v, "resident_fraction"] == pytest.approx(1.0)  # warm means warm
     assert by.loc[VARIANT, "fraction_of_limit"] == pytest.approx(
         by.loc[VARIANT, "records_per_s"] / by.loc[bench.RAW, "records_per_s"])
+
+
+class _CountedSource:
+    """A source whose batches are counted: each notes the file's page-cache residency
+    (mincore), then reads the whole file (``read=True``), as two records."""
+
+    is_reader = True
+
+    def __init__(self, path, coalesce: int = 1, limit: int | None = None, read: bool = True):
+        self.path, self.coalesce, self.limit, self.read = path, coalesce, limit, read
+        self.resident_before: list[float] = []
+
+    @property
+    def reads(self) -> int:
+        return len(self.resident_before)
+
+    def read_batch(self):
+        if self.limit is not None and self.reads >= self.limit:
+            return None
+        self.resident_before.append(metrics.residency(self.path))
+        nbytes = len(Path(self.path).read_bytes()) if self.read else 0
+        return 2, nbytes
+
+    def stats(self):
+        return [{"phase": "setup", "batch": -1, "wall_s": 0.0},
+                *({"phase": "read", "batch": t, "wall_s": 0.0} for t in range(self.reads))]
+
+
+def test_timed_loop_counts_batches_and_prepares_the_cache(db, comm):
+    """N batches timed after W warm-up ones (rounded up to whole chunks); a cold cache is
+    evicted after the warm-up, a warm one read; the total row is metrics.totals_row's."""
+    from lmdbio.format import db_file
+    from lmdbio.lab.bench.cache import PageCache
+    from lmdbio.lab.bench.settings import Storage
+    from lmdbio.lab.bench.timed import Source, time_batches
+
+    path = db_file(db)
+    size = os.path.getsize(path)
+    src = _CountedSource(path, coalesce=2)
+    assert isinstance(src, Source)
+    t = time_batches(comm, src, 5, 3, cache=PageCache(comm, Storage(), db, "cold"))
+    assert src.reads == 4 + 5 and t.first == 4 and t.count == 5 and t.coalesce == 2
+    assert [b["batch"] for b in t.batches] == [4, 5, 6, 7, 8]
+    assert t.records == 5 * 2 and t.nbytes == 5 * size
+    # The warm-up read the file; it was evicted before the first timed batch.
+    assert src.resident_before[3] > 0.9, src.resident_before
+    assert src.resident_before[4] < 0.05 and t.start_resident[0] < 0.05, src.resident_before
+    assert set(t.total) == set(metrics.totals_row(metrics.totals_snapshot())) | {"rank_records"}
+    assert t.total["t_start"] <= t.batches[0]["t_start"] <= t.batches[-1]["t_end"] \
+        <= t.total["t_end"] and t.wall == t.total["wall_s"] >= t.read_s > 0
+    assert [r["batch"] for r in t.window(src.stats())] == [4, 5, 6, 7, 8]
+
+    # Warm: the file is read once before the timed batches, whatever the warm-up left.
+    metrics.evict(path)
+    src = _CountedSource(path, read=False)
+    t = time_batches(comm, src, 2, 0, cache=PageCache(comm, Storage(), db, "warm"))
+    assert src.reads == 2 and t.first == 0 and src.resident_before[0] > 0.95
+    assert t.start_resident == (pytest.approx(1.0), pytest.approx(1.0))
+
+    # A source that ends: fewer timed batches, no cache given: none prepared.
+    src = _CountedSource(path, limit=3, read=False)
+    t = time_batches(comm, src, 5, 1, train=lambda n: (0.25 * n, 0.5))
+    assert src.reads == 3 and t.count == 2 and t.records == 4
+    assert (t.compute_s, t.comm_s) == (1.0, 1.0)
 
 
 def test_cold_point_is_evicted(db, comm):

@@ -12,7 +12,6 @@ judges the issue's targets from the results with :func:`lmdbio.lab.claims.direct
 
 from __future__ import annotations
 
-import time
 import zlib
 from typing import TYPE_CHECKING
 
@@ -29,21 +28,6 @@ def _storage(storage):
     from .bench.settings import Storage
 
     return storage or Storage()
-
-
-def _prepare(comm, storage, dataset, cache: str) -> None:
-    """Warm: the cache leader reads the whole file; cold: it evicts it (its node's view). Collective."""
-    from lmdbio import metrics
-
-    if storage.is_cache_leader(comm):
-        path = storage.rank_file(comm, dataset)
-        if cache == "cold":
-            (storage.evictor(comm) or metrics.evict)(path)
-        else:
-            with open(path, "rb") as f:
-                while f.read(16 << 20):
-                    pass
-    comm.Barrier()
 
 
 # --- epochs: every record exactly once, checked from the keys ------------------------------------
@@ -153,34 +137,20 @@ def epoch_rate(comm, dataset, variant: str, batch_size: int, iters: int, *, shuf
     """
     from mpi4py import MPI
 
+    from .bench.cache import PageCache
+    from .bench.timed import ReaderSource, time_batches
     from lmdbio.reader import Reader
-    from lmdbio.waiting import polite_barrier
 
     storage = _storage(storage)
+    page_cache = PageCache(comm, storage, dataset, cache)
     with Reader(storage.reader_path(dataset), batch_size, comm, variant, storage.ranks_per_node,
                 shuffle=shuffle, measure=False, coalesce_bytes=coalesce_bytes) as r:
         _first_batch(r)
         used, k = r.variant, r.coalesce
-        it = None
-        if not from_start:
-            it = r.epoch(1)
-            for _ in range(k):
-                next(it)
-        _prepare(comm, storage, dataset, cache)
-        polite_barrier(comm)
-        t0 = time.monotonic()
-        it = it or r.epoch(1)
-        records = 0
-        for _ in range(iters):
-            b = next(it, None)
-            if b is None:
-                break
-            records += len(b)
-        polite_barrier(comm)
-        wall = time.monotonic() - t0
-        it.close()
-    wall = comm.allreduce(wall, op=MPI.MAX)
-    records = comm.allreduce(records)
+        with ReaderSource(r, epoch=1) as epoch:
+            timing = time_batches(comm, epoch, iters, 0 if from_start else k, cache=page_cache)
+    wall = comm.allreduce(timing.wall, op=MPI.MAX)
+    records = comm.allreduce(timing.records)
     if comm.rank != 0:
         return []
     return [{"variant": variant, "variant_used": used, "coalesce": k, "shuffle": bool(shuffle),
@@ -192,33 +162,22 @@ def epoch_rate(comm, dataset, variant: str, batch_size: int, iters: int, *, shuf
 
 # --- overlap: the I/O share of an iteration with prefetch ----------------------------------------
 
-def _iterate(comm, r, iters: int, compute_s: float, emulator=None) -> dict:
-    """Times of ``iters`` batches of epoch 1 on this rank: ``wall``, ``wait`` (in ``next()``),
-    ``compute``, ``allreduce``, and ``steady_wall`` / ``steady_wait`` from batch ``k`` on (after
-    the epoch's first chunk, which no prefetch can read ahead of: it is asked for at once)."""
-    waits, starts = [], []
-    comp = red = 0.0
-    it = r.epoch(1)
-    comm.Barrier()
-    t_start = time.monotonic()
-    for _ in range(iters):
-        t0 = time.monotonic()
-        b = next(it)
-        starts.append(t0)
-        waits.append(time.monotonic() - t0)
-        if emulator is not None:
-            c, a = emulator.step(len(b))
-            comp, red = comp + c, red + a
-        elif compute_s:
-            t1 = time.monotonic()
-            time.sleep(compute_s)
-            comp += time.monotonic() - t1
-    t_end = time.monotonic()
-    it.close()
+def _iterate(comm, r, page_cache, iters: int, train=None) -> dict:
+    """Times of ``iters`` batches of epoch 1 on this rank, the cache made ``page_cache``'s first:
+    ``wall``, ``wait`` (in ``next()``), ``compute``, ``allreduce``, and ``steady_wall`` /
+    ``steady_wait`` from batch ``k`` on (after the epoch's first chunk, which no prefetch can
+    read ahead of: it is asked for at once)."""
+    from .bench.timed import ReaderSource, time_batches
+
+    with ReaderSource(r, epoch=1) as epoch:
+        t = time_batches(comm, epoch, iters, cache=page_cache, train=train)
+    batches = t.batches
     k = min(r.coalesce, iters - 1)
-    return {"wall_s": t_end - t_start, "io_wait_s": sum(waits), "compute_s": comp, "comm_s": red,
-            "steady_batches": iters - k, "steady_wall_s": t_end - starts[k],
-            "steady_io_wait_s": sum(waits[k:])}
+    t_end = t.total["t_end"]
+    return {"wall_s": t.wall, "io_wait_s": t.read_s, "compute_s": t.compute_s,
+            "comm_s": t.comm_s, "steady_batches": iters - k,
+            "steady_wall_s": t_end - batches[k]["t_start"],
+            "steady_io_wait_s": sum(b["read_s"] for b in batches[k:])}
 
 
 def overlap(comm, dataset, variant: str, batch_size: int, iters: int, depths=(0, 1, 2), *,
@@ -240,32 +199,34 @@ def overlap(comm, dataset, variant: str, batch_size: int, iters: int, depths=(0,
     """
     from mpi4py import MPI
 
+    from .bench.cache import PageCache
+    from .bench.timed import sleep_step
     from .emulation import TrainingEmulator
     from lmdbio.reader import Reader
 
     storage = _storage(storage)
     path = storage.reader_path(dataset)
+    page_cache = PageCache(comm, storage, dataset, cache)
 
-    def run(d, compute_s, emulator=None):
+    def run(d, train=None):
         with Reader(path, batch_size, comm, variant, storage.ranks_per_node, prefetch=d,
                     measure=False, coalesce_bytes=coalesce_bytes) as r:
             _first_batch(r)
-            _prepare(comm, storage, dataset, cache)
-            out = _iterate(comm, r, iters, compute_s, emulator)
+            out = _iterate(comm, r, page_cache, iters, train)
             return out, r.variant, r.coalesce
 
     rows = []
     compute_s = 0.0
     if compute_time is None:
-        t, used, k = run(0, 0.0)
+        t, used, k = run(0)
         compute_s = compute_factor * comm.allreduce(t["io_wait_s"] / iters, op=MPI.MAX)
         rows.append({"depth": -1, **t})
     for d in depths:
         if compute_time is None:
-            t, used, k = run(d, compute_s)
+            t, used, k = run(d, sleep_step(compute_s) if compute_s else None)
         else:
             with TrainingEmulator(comm, compute_time, model_bytes) as em:
-                t, used, k = run(d, 0.0, em)
+                t, used, k = run(d, em.step)
         rows.append({"depth": d, **t})
     gathered = comm.gather(rows, root=0)
     if comm.rank != 0:
@@ -298,35 +259,33 @@ def decode_rate(comm, dataset, variant: str, batch_size: int, iters: int, rounds
     """
     from mpi4py import MPI
 
+    from .bench.cache import PageCache
+    from .bench.timed import ReaderSource, time_batches
     from lmdbio.errors import LmdbioError
     from lmdbio.reader import Reader
 
     storage = _storage(storage)
-    _prepare(comm, storage, dataset, "warm")
+    PageCache(comm, storage, dataset, "warm").prepare()
     rows = []
     with Reader(storage.reader_path(dataset), batch_size, comm, variant, storage.ranks_per_node,
                 measure=False) as r:
-        steps = {"raw": r.read_batch, "decoded": lambda: r.read_batch().as_datum_array()}
+        sources = {"raw": ReaderSource(r), "decoded": ReaderSource(r, decode=True)}
         pipe, why = None, ""
         try:
             from .bench.dali import DaliCaffe
 
             pipe = DaliCaffe(comm, storage.reader_path(dataset).replace("{node}", "0"), batch_size,
                              threads=1)
-            steps["dali-caffe"] = pipe.read_images
+            sources["dali-caffe"] = pipe
         except LmdbioError as exc:
             why = str(exc)
         why = comm.bcast(why, root=0)
-        for step in steps.values():   # warm the reader, the decoder and DALI
+        for source in sources.values():   # warm the reader, the decoder and DALI
             for _ in range(min(iters, 8)):
-                step()
+                source.read_batch()
         for rnd in range(rounds):
-            for name, step in steps.items():
-                comm.Barrier()
-                t0 = time.monotonic()
-                for _ in range(iters):
-                    step()
-                wall = comm.allreduce(time.monotonic() - t0, op=MPI.MAX)
+            for name, source in sources.items():
+                wall = comm.allreduce(time_batches(comm, source, iters).wall, op=MPI.MAX)
                 rows.append({"series": name, "round": rnd, "wall_s": wall,
                              "records_per_s": iters * batch_size / wall, "error": ""})
         used = r.variant
@@ -361,9 +320,9 @@ def sweep(cluster: "MPICluster", points: list[dict], *, progress: bool = True):
     experiment name (``{"epoch": df, ...}``)."""
     import pandas as pd
 
-    from .experiments import _by_nprocs
+    from .experiments import by_nprocs
 
-    rows = _by_nprocs(cluster, _run, points, progress)
+    rows = by_nprocs(cluster, _run, points, progress)
     return {name: pd.DataFrame([r for r in rows if r["experiment"] == name]).drop(columns="experiment")
             for name in dict.fromkeys(r["experiment"] for r in rows)}
 

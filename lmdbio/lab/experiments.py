@@ -22,9 +22,10 @@ if TYPE_CHECKING:
     from .cluster import MPICluster
 
 __all__ = ["engine_info", "check_shared_memory", "ensure_dataset", "ensure_datasets", "page_types",
-           "describe_dataset", "describe_datasets", "sweep", "reader_timeline", "sweep_timelines",
-           "prov_model_table", "pfs_unavailable", "emulated_pfs", "throttle_unavailable", "throttle_iters",
-           "throttled_device", "setting_table", "settings_results", "model_series"]
+           "describe_dataset", "describe_datasets", "by_nprocs", "sweep", "reader_timeline",
+           "sweep_timelines", "prov_model_table", "pfs_unavailable", "emulated_pfs",
+           "throttle_unavailable", "throttle_iters", "throttled_device", "setting_table",
+           "settings_results", "model_series"]
 
 
 # --- engine-side checks (notebook 00) -----------------------------------------------------------
@@ -236,7 +237,7 @@ def _in_node(comm, storage):
         storage.leave_node()
 
 
-def _by_nprocs(cluster: "MPICluster", func, points: list[dict], progress: bool) -> list[dict]:
+def by_nprocs(cluster: "MPICluster", func, points: list[dict], progress: bool) -> list[dict]:
     """Run ``func(comm, points)`` once per process count, on that many engines."""
     by_p: dict[int, list[dict]] = {}
     for p in points:
@@ -266,7 +267,7 @@ def sweep(cluster: "MPICluster", points: list[dict], *, progress: bool = True) -
     from .bench.settings import verify_provenance_ahead, with_prov_verify
 
     ahead = verify_provenance_ahead(points)
-    return with_prov_verify(_by_nprocs(cluster, _run_points, points, progress), ahead)
+    return with_prov_verify(by_nprocs(cluster, _run_points, points, progress), ahead)
 
 
 # --- engine-side experiments the bench does not cover -------------------------------------------
@@ -280,55 +281,40 @@ def reader_timeline(comm, dataset, variant: str, batch_size: int, iters: int, *,
     Unlike :func:`lmdbio.lab.bench.run_point` (which sums phases over batches),
     this keeps every (rank, batch, phase) row with its monotonic start and end,
     for read timelines (STAG) and request-size sweeps (COAL's
-    ``coalesce_bytes``). Cold cache: node rank 0 evicts the file after the
-    warmup batches. Every row carries ``variant``, ``nprocs``,
-    ``coalesce_bytes``, ``stagger_size``, ``repeat``, the timed ``wall_s_total``,
-    ``records`` and ``record_bytes`` (over all ranks) and ``resident_fraction``.
+    ``coalesce_bytes``). Timed by :func:`lmdbio.lab.bench.timed.time_batches`:
+    ``warmup`` batches (rounded up to whole chunks), then the cache made
+    ``cold`` (the file evicted on every node view) or ``warm`` (read once),
+    then the timed batches. Every row carries ``variant``, ``nprocs``,
+    ``coalesce_bytes``, ``stagger_size``, ``repeat``, the timed ``wall_s_total``
+    (the slowest rank's), ``records`` and ``record_bytes`` (over all ranks) and
+    ``resident_fraction`` (of the file, when the timed batches start).
     ``storage`` (a :class:`lmdbio.lab.bench.settings.Storage`, as
-    :func:`emulated_pfs` sets it) reads through an emulated PFS's node views,
-    and a cold cache is emptied on every node view.
+    :func:`emulated_pfs` sets it) reads through an emulated PFS's node views.
     """
     from mpi4py import MPI
 
-    from lmdbio import metrics
+    from .bench.cache import PageCache
     from .bench.settings import Storage
+    from .bench.timed import ReaderSource, time_batches
     from lmdbio.reader import Reader
-    from lmdbio.waiting import polite_barrier
 
     storage = storage or Storage()
-    path = storage.rank_file(comm, dataset)
-    evict = storage.evictor(comm) or metrics.evict
+    page_cache = PageCache(comm, storage, dataset, cache)
     with Reader(storage.reader_path(dataset), batch_size, comm, variant, ranks_per_node,
                 readers_per_node, coalesce_bytes=coalesce_bytes, stagger_size=stagger_size) as reader:
-        for _ in range(warmup):
-            reader.read_batch()
-        resident = float("nan")
-        if cache == "cold" and storage.is_cache_leader(comm):
-            evict(path)
-            resident = metrics.residency(path)
-        polite_barrier(comm)
-        t0 = time.monotonic()
-        records = nbytes = 0
-        for _ in range(iters):
-            b = reader.read_batch()
-            records += len(b)
-            nbytes += b.nbytes
-        polite_barrier(comm)
-        wall = time.monotonic() - t0
-        rows = [dict(r) for r in reader.stats() if r.get("phase") != "setup"
-                and warmup <= int(r.get("batch", -1)) < warmup + iters]
+        timing = time_batches(comm, ReaderSource(reader), iters, warmup, cache=page_cache)
+        rows = [dict(r) for r in timing.window(reader.stats())]
         is_reader = bool(reader.is_reader)
         opts = reader.options
-    wall = comm.allreduce(wall, op=MPI.MAX)
-    records = comm.allreduce(records)
-    nbytes = comm.allreduce(nbytes)
-    resident = comm.allreduce(0.0 if resident != resident else resident, op=MPI.MAX)
+    wall = comm.allreduce(timing.wall, op=MPI.MAX)
+    records = comm.allreduce(timing.records)
+    nbytes = comm.allreduce(timing.nbytes)
     point = {"variant": variant, "nprocs": comm.Get_size(), "cache": cache, "repeat": repeat,
              "batch_size": batch_size, "iters": iters,
              "coalesce_bytes": opts.coalesce_bytes, "stagger_size": opts.stagger_size,
              "ranks_per_node": ranks_per_node or 0, "readers_per_node": readers_per_node,
              "wall_s_total": wall, "records": records, "record_bytes": nbytes,
-             "resident_fraction": resident, "storage": storage.spec}
+             "resident_fraction": page_cache.resident, "storage": storage.spec}
     for r in rows:
         r.update(point, is_reader=is_reader)
         for k, v in list(r.items()):
@@ -347,7 +333,7 @@ def _timelines(comm, points: list[dict]) -> list[dict]:
 
 def sweep_timelines(cluster: "MPICluster", points: list[dict], *, progress: bool = True) -> list[dict]:
     """:func:`reader_timeline` for each point dict (holding ``nprocs``), like :func:`sweep`."""
-    return _by_nprocs(cluster, _timelines, points, progress)
+    return by_nprocs(cluster, _timelines, points, progress)
 
 
 def prov_model_table(path: str | os.PathLike, commit_every: int | None = 1000):

@@ -7,6 +7,10 @@ One job per module:
 - :mod:`~lmdbio.lab.bench.settings`: where a sweep's datasets live (local, an emulated
   parallel file system mounted for the sweep with ``--storage pfs:PROFILE``, or
   throttled loop devices, one per virtual node, with ``--storage throttle:PROFILE``).
+- :mod:`~lmdbio.lab.bench.timed`: :func:`~lmdbio.lab.bench.timed.time_batches`, the one timed
+  loop (warm-up, cache made warm or cold, timed batches) of any
+  :class:`~lmdbio.lab.bench.timed.Source`: the bench's points, the notebooks' read timelines
+  and the experiments beyond the papers all measure with it.
 - :mod:`~lmdbio.lab.bench.point`: :func:`run_point`, one point on a communicator
   (mpiexec's ``COMM_WORLD`` or an ipyparallel engine's), tidy rows on rank 0.
 - :mod:`~lmdbio.lab.bench.stats`: :func:`summarize`, the one speedup definition

@@ -11,7 +11,7 @@ import numpy as np
 from lmdbio.waiting import polite_barrier
 
 __all__ = ["EvictionWarning", "page_mask", "batch_positions", "warm", "prepare_cache",
-           "measure_residency"]
+           "measure_residency", "PageCache"]
 
 
 class EvictionWarning(UserWarning):
@@ -35,16 +35,22 @@ def batch_positions(first_batch: int, nbatches: int, batch_size: int, n: int) ->
     return (start + np.arange(nbatches * batch_size, dtype=np.int64)) % n
 
 
-def warm(path, offsets: np.ndarray, sizes: np.ndarray, chunk: int = 16 << 20) -> None:
-    """Read the pages holding the given records once, so they are in the page cache."""
+def warm(path, offsets: np.ndarray | None = None, sizes: np.ndarray | None = None,
+         chunk: int = 16 << 20) -> None:
+    """Read the pages holding the given records (None: the whole file) once, so they are in
+    the page cache."""
     from lmdbio.plan import plan_extents
 
-    ext_start, ext_len, _ = plan_extents(offsets, sizes, max_gap=1 << 20)
+    if offsets is None:
+        ext_start, ext_len = [0], [os.path.getsize(path)]
+    else:
+        ext_start, ext_len, _ = plan_extents(offsets, sizes, max_gap=1 << 20)
+        ext_start, ext_len = ext_start.tolist(), ext_len.tolist()
     buf = np.empty(chunk, dtype=np.uint8)
     mv = memoryview(buf)
     fd = os.open(path, os.O_RDONLY)
     try:
-        for off, length in zip(ext_start.tolist(), ext_len.tolist()):
+        for off, length in zip(ext_start, ext_len):
             end = off + length
             while off < end:
                 got = os.preadv(fd, [mv[:min(chunk, end - off)]], off)
@@ -55,37 +61,47 @@ def warm(path, offsets: np.ndarray, sizes: np.ndarray, chunk: int = 16 << 20) ->
         os.close(fd)
 
 
-def _residency(path, offsets: np.ndarray, sizes: np.ndarray) -> tuple[float, float]:
+def _residency(path, offsets: np.ndarray | None, sizes: np.ndarray | None) -> tuple[float, float]:
     from lmdbio import metrics
 
     pages = metrics.resident_pages(path)
     whole = float(pages.mean()) if len(pages) else 0.0
+    if offsets is None:
+        return whole, whole
     mask = page_mask(offsets, sizes, len(pages))
     return (float(pages[mask].mean()) if mask.any() else 0.0), whole
 
 
-def measure_residency(comm, path: Path, leader: bool, cache: str, offsets: np.ndarray,
-                      sizes: np.ndarray, positions: np.ndarray) -> tuple[float, float]:
+def _at(values: np.ndarray | None, positions: np.ndarray | None) -> np.ndarray | None:
+    return None if values is None or positions is None else values[positions]
+
+
+def measure_residency(comm, path: Path, leader: bool, cache: str, offsets: np.ndarray | None,
+                      sizes: np.ndarray | None, positions: np.ndarray | None
+                      ) -> tuple[float, float]:
     """Fraction of the records' pages (and of the file) resident, worst over nodes. Collective.
 
     Worst means the highest for a cold point and the lowest for a warm one;
     ``leader`` marks the one rank per page cache (node) that measures.
+    Without ``offsets`` or ``positions`` the records are the whole file.
     """
     from mpi4py import MPI
 
     res = file_res = 1.0 if cache == "warm" else 0.0
     if leader:
-        res, file_res = _residency(path, offsets[positions], sizes[positions])
+        res, file_res = _residency(path, _at(offsets, positions), _at(sizes, positions))
     op = MPI.MAX if cache == "cold" else MPI.MIN
     return comm.allreduce(res, op=op), comm.allreduce(file_res, op=op)
 
 
-def prepare_cache(comm, path: Path, leader: bool, cache: str, offsets: np.ndarray,
-                  sizes: np.ndarray, positions: np.ndarray, evict=None) -> tuple[float, float]:
+def prepare_cache(comm, path: Path, leader: bool, cache: str, offsets: np.ndarray | None,
+                  sizes: np.ndarray | None, positions: np.ndarray | None,
+                  evict=None) -> tuple[float, float]:
     """Make the records at ``positions`` warm (read them) or the file cold (evict it). Collective.
 
     One rank per page cache (``leader``) does it for its node, on ``path``
-    (the file as its node sees it). ``evict`` replaces
+    (the file as its node sees it). Without ``offsets`` or ``positions`` warm
+    reads the whole file. ``evict`` replaces
     :func:`lmdbio.metrics.evict` (an emulated PFS evicts through its node view).
     Returns :func:`measure_residency` right after.
     """
@@ -96,7 +112,78 @@ def prepare_cache(comm, path: Path, leader: bool, cache: str, offsets: np.ndarra
         if cache == "cold":
             (evict or metrics.evict)(path)
         else:
-            warm(path, offsets[positions], sizes[positions])
+            warm(path, _at(offsets, positions), _at(sizes, positions))
     out = measure_residency(comm, path, leader, cache, offsets, sizes, positions)
     polite_barrier(comm)
     return out
+
+
+class PageCache:
+    """A point's page cache on every node, made warm or cold the one way the lab does it.
+
+    Warm: each node's cache leader reads the records of the batches asked
+    for once (without a record index, the whole file); cold: it evicts the
+    file from its node's view (through the storage setting's evictor: an
+    emulated PFS's or a throttled device's node view). Residency is
+    measured with mincore right after, worst over nodes, and kept as
+    :attr:`resident` and :attr:`file_resident`.
+
+    Args:
+        comm: the point's communicator (every call is collective).
+        storage: a :class:`~lmdbio.lab.bench.settings.Storage` (where the ranks read).
+        dataset: LMDB directory or data.mdb.
+        state: ``"warm"`` or ``"cold"``.
+        records: ``(offsets, sizes)`` of the record index, or None (the whole file).
+        plan: ``plan(first, count)``: the record positions of batches
+            ``first .. first+count-1`` (with ``records``).
+    """
+
+    def __init__(self, comm, storage, dataset, state: str, *, records=None, plan=None):
+        if state not in ("warm", "cold"):
+            raise ValueError(f"cache must be 'warm' or 'cold', got {state!r}")
+        self.comm, self.storage, self.state = comm, storage, state
+        self.path = storage.rank_file(comm, dataset)
+        self.leader = storage.is_cache_leader(comm)
+        self.offsets, self.sizes = records if records is not None else (None, None)
+        self.plan = plan
+        self.evicted = False
+        self.resident = self.file_resident = float("nan")
+
+    def _positions(self, first: int, count: int | None):
+        if self.offsets is None or self.plan is None or count is None:
+            return None
+        return self.plan(first, count)
+
+    def _apply(self, first: int, count: int | None) -> tuple[float, float]:
+        out = prepare_cache(self.comm, self.path, self.leader, self.state, self.offsets,
+                            self.sizes, self._positions(first, count),
+                            evict=self.storage.evictor(self.comm))
+        self.resident, self.file_resident = out
+        return out
+
+    def prepare(self, first: int = 0, count: int | None = None) -> tuple[float, float]:
+        """Warm the records of batches ``first .. first+count-1`` (None: every record), or
+        evict the file; returns the residency after.
+
+        Called before the source is built, a cold cache then stays as the
+        source's setup and warm-up leave it (:meth:`before_timing`).
+        """
+        out = self._apply(first, count)
+        self.evicted = self.state == "cold"
+        return out
+
+    def measure(self, first: int = 0, count: int | None = None) -> tuple[float, float]:
+        """Residency of the records of batches ``first .. first+count-1`` and of the file."""
+        return measure_residency(self.comm, self.path, self.leader, self.state, self.offsets,
+                                 self.sizes, self._positions(first, count))
+
+    def before_timing(self, first: int, count: int) -> tuple[float, float]:
+        """Make the timed batches' records warm or cold; returns their residency.
+
+        Warm reads them (again); cold evicts the file unless it was evicted
+        before the source was built (then the point is cold from its setup
+        on, and what the warm-up read stays, as it would in a training job).
+        """
+        if self.state == "cold" and self.evicted:
+            return self.measure(first, count)
+        return self._apply(first, count)

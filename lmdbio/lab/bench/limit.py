@@ -89,7 +89,7 @@ class RawReader:
         self._path = str(path)
         self._t = 0
         self.is_reader = True
-        self.reset_counters()
+        self._reads: list[tuple[float, int, int]] = []   # (wall, bytes, calls) per chunk read
         self.setup_s = time.monotonic() - t0
 
     def read_batch(self) -> tuple[int, int]:
@@ -105,15 +105,27 @@ class RawReader:
             t0 = time.monotonic()
             got, calls = read_extents(self._fd, self._ring[chunk % len(self._ring)], ext_start,
                                       ext_len, self._path)
-            self.read_wall += time.monotonic() - t0
-            self.read_bytes += got
-            self.read_calls += calls
+            self._reads.append((time.monotonic() - t0, got, calls))
         return self.local_batch, self._bytes[t]
 
-    def reset_counters(self) -> None:
-        self.read_wall, self.read_bytes, self.read_calls = 0.0, 0, 0
+    def stats(self) -> list[dict]:
+        """A ``setup`` row, then one ``read`` row per batch read: a chunk's read at its first
+        batch, nothing at the others (the rows of :class:`~lmdbio.lab.bench.timed.Source`)."""
+        rows = [{"phase": "setup", "batch": -1, "wall_s": self.setup_s}]
+        for t in range(self._t):
+            chunk, it = divmod(t, self.coalesce)
+            wall, got, calls = self._reads[chunk] if it == 0 else (0.0, 0, 0)
+            rows.append({"phase": "read", "batch": t, "wall_s": wall, "bytes": got,
+                         "calls": calls})
+        return rows
 
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+    def __enter__(self) -> "RawReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import socket
 import sys
@@ -14,16 +15,21 @@ import numpy as np
 
 from ..emulation import TrainingEmulator, parse_compute_time, parse_model_bytes
 from lmdbio.waiting import polite_barrier
-from .cache import EvictionWarning, batch_positions, measure_residency, prepare_cache, warm
+from .cache import EvictionWarning, PageCache, batch_positions
 from .dali import PEERS
 from .limit import RAW, RawReader
 from .stats import POINT_KEYS
 from .settings import Storage
+from .timed import ReaderSource, time_batches
 
 __all__ = ["run_point", "variant_names"]
 
 # Numeric fields of a stats row that are not summed over batches.
 _NOT_SUMMED = {"rank", "batch", "t_start", "t_end", "is_reader", *POINT_KEYS, "repeat"}
+# The step total row's columns, from the timed loop's lmdbio.metrics.totals_row.
+_TOTAL_COLUMNS = ("wall_s", "user_s", "sys_s", "sleep_s", "vcsw", "ivcsw", "minflt", "majflt",
+                  "bytes", "rank_records", "io_rchar", "io_syscr", "io_read_bytes", "t_start",
+                  "t_end")
 
 
 def variant_names() -> tuple[str, ...]:
@@ -39,9 +45,9 @@ def _aggregate(rows: Iterable[dict], level: str) -> list[dict]:
     for r in rows:
         agg = out.get(r["phase"])
         if agg is None:
-            agg = out[r["phase"]] = {"level": level, "phase": r["phase"], "n": 0,
-                                     "t_start": r.get("t_start", math.nan),
-                                     "t_end": r.get("t_end", math.nan)}
+            agg = out[r["phase"]] = {"level": level, "phase": r["phase"], "n": 0}
+            if "t_start" in r:
+                agg.update(t_start=r["t_start"], t_end=r["t_end"])
         agg["n"] += 1
         for k, v in r.items():
             if k in _NOT_SUMMED or k == "phase" or isinstance(v, bool) \
@@ -49,8 +55,8 @@ def _aggregate(rows: Iterable[dict], level: str) -> list[dict]:
                 continue
             agg[k] = agg.get(k, 0) + v
         if "t_start" in r:
-            agg["t_start"] = min(agg["t_start"], r["t_start"])
-            agg["t_end"] = max(agg["t_end"], r["t_end"])
+            agg["t_start"] = min(agg.get("t_start", math.inf), r["t_start"])
+            agg["t_end"] = max(agg.get("t_end", -math.inf), r["t_end"])
     return list(out.values())
 
 
@@ -69,6 +75,26 @@ def _group_size(comm, ranks_per_node: int | None, readers_per_node: int) -> int:
         node = nc.size
         nc.Free()
     return max(1, math.ceil(node / max(1, readers_per_node)))
+
+
+@contextlib.contextmanager
+def _open_source(comm, dataset, my_file, variant, batch_size, iters, warmup, offsets, sizes,
+                 ranks_per_node, readers_per_node, measure, storage):
+    """The point's :class:`~lmdbio.lab.bench.timed.Source`, closed on leaving (collective)."""
+    if variant == RAW:
+        with RawReader(comm, my_file, batch_size, offsets, sizes, iters,
+                       _group_size(comm, ranks_per_node, readers_per_node), warmup=warmup) as s:
+            yield s
+    elif variant in PEERS:
+        with PEERS[variant](comm, my_file, batch_size) as s:
+            yield s
+    else:
+        import lmdbio
+
+        with lmdbio.Reader(storage.reader_path(dataset), batch_size=batch_size, comm=comm,
+                           variant=variant, ranks_per_node=ranks_per_node,
+                           readers_per_node=readers_per_node, measure=measure) as reader:
+            yield ReaderSource(reader)
 
 
 def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: str = "warm",
@@ -115,7 +141,6 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
     """
     from mpi4py import MPI
 
-    from lmdbio import metrics
     from lmdbio.format import db_file
 
     if not isinstance(batch_size, int) or batch_size <= 0:
@@ -150,8 +175,10 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
     if n == 0:
         raise ValueError(f"{path} holds no records")
 
-    my_file = storage.rank_file(comm, dataset)
-    leader = storage.is_cache_leader(comm)
+    positions = PEERS[variant].positions if variant in PEERS else batch_positions
+    page_cache = PageCache(comm, storage, dataset, cache, records=(offsets, sizes),
+                           plan=lambda first, count: positions(first, count, batch_size, n))
+    my_file = page_cache.path
     if variant != RAW and variant not in PEERS:
         # The tree walk a user pays once per file version (lmdbio.verified) is paid here,
         # untimed, on each node's view, before the cache is prepared: no repeat measures it.
@@ -159,130 +186,38 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
         from lmdbio.collective import collective
         from lmdbio.recordindex import check_tree
 
-        collective(comm, lambda: check_tree(my_file) if leader else None)
+        collective(comm, lambda: check_tree(my_file) if page_cache.leader else None)
     # Longest coalescing any variant uses is a few dozen batches: prepare enough.
-    positions = PEERS[variant].positions if variant in PEERS else batch_positions
-    planned = positions(0, warmup + iters + 64, batch_size, n)
-    resident, file_resident = prepare_cache(comm, my_file, leader, cache, offsets, sizes,
-                                            planned, evict=storage.evictor(comm))
+    page_cache.prepare(0, warmup + iters + 64)
 
     polite_barrier(comm)
     t_setup = time.monotonic()
-    variant_used, variant_reason = variant, ""
-    if variant == RAW:
-        source = RawReader(comm, my_file, batch_size, offsets, sizes, iters,
-                           _group_size(comm, ranks_per_node, readers_per_node), warmup=warmup)
-        read = source.read_batch
-    elif variant in PEERS:
-        source = PEERS[variant](comm, my_file, batch_size)
-        variant_used = source.variant
-        read = source.read_batch
-    else:
-        import lmdbio
-
-        source = lmdbio.Reader(storage.reader_path(dataset), batch_size=batch_size, comm=comm,
-                               variant=variant, ranks_per_node=ranks_per_node,
-                               readers_per_node=readers_per_node, measure=measure)
-        source.__enter__()
+    with _open_source(comm, dataset, my_file, variant, batch_size, iters, warmup, offsets, sizes,
+                      ranks_per_node, readers_per_node, measure, storage) as source, \
+            TrainingEmulator(comm, compute_time, model_bytes) as emulator:
+        setup_s = time.monotonic() - t_setup
         variant_used = str(getattr(source, "variant", variant))
         variant_reason = str(getattr(source, "auto_reason", "") or "")
-
-        def read():
-            b = source.read_batch()
-            return len(b), int(b.nbytes)
-    setup_s = time.monotonic() - t_setup
-    is_reader = bool(getattr(source, "is_reader", True))
-    k = comm.allreduce(int(getattr(source, "coalesce", 1) or 1), op=MPI.MAX)
-    warm_eff = -(-warmup // k) * k if warmup else 0
-
-    emulator = TrainingEmulator(comm, compute_time, model_bytes)
-    counters0 = counters1 = {}
-    try:
-        first_read_s = math.nan
-        t_w = time.monotonic()
-        for i in range(warm_eff):
-            a = time.monotonic()
-            read()
-            if i == 0:
-                first_read_s = time.monotonic() - a
-        warmup_s = time.monotonic() - t_w
-        if variant == RAW:
-            source.reset_counters()
-        timed = positions(warm_eff, iters, batch_size, n)
-        if cache == "warm":
-            # Warm means warm: the timed records (warmed before setup) are checked and topped up.
-            if leader:
-                warm(my_file, offsets[timed], sizes[timed])
-            resident, file_resident = measure_residency(comm, my_file, leader, cache, offsets,
-                                                        sizes, timed)
-            start_resident = resident
-        else:
-            start_resident, _ = measure_residency(comm, my_file, leader, cache, offsets, sizes,
-                                                  timed)
-
-        io_s = compute_s = comm_s = 0.0
-        records = nbytes = 0
-        polite_barrier(comm)
-        if comm.rank == 0:
-            counters0 = storage.counters()
-        io0, r0 = metrics.proc_io(), metrics.rusage_snapshot()
-        t0 = time.monotonic()
-        for _ in range(iters):
-            a = time.monotonic()
-            kk, b = read()
-            d = time.monotonic() - a
-            io_s += d
-            if first_read_s != first_read_s:   # no warmup: the first batch is timed
-                first_read_s = d
-            records += kk
-            nbytes += b
-            c, m = emulator.step(kk)
-            compute_s += c
-            comm_s += m
-        t_loop = time.monotonic()
-        r1, io1 = metrics.rusage_snapshot(), metrics.proc_io()
-        polite_barrier(comm)
-        t1 = time.monotonic()
-        if comm.rank == 0:
-            counters1 = storage.counters()
-
-        if variant == RAW:
-            reader_rows = [{"level": "setup", "phase": "setup", "n": 1, "wall_s": source.setup_s}]
-            reader_rows.append({"level": "reader", "phase": "read", "n": iters,
-                                "wall_s": source.read_wall, "bytes": source.read_bytes,
-                                "calls": source.read_calls})
-        else:
-            stats = source.stats() if measure else []
-            setup = [r for r in stats if r.get("phase") == "setup"]
-            timed_rows = [r for r in stats if r.get("phase") != "setup"
-                          and warm_eff <= int(r.get("batch", 0)) < warm_eff + iters]
-            reader_rows = _aggregate(setup, "setup") + _aggregate(timed_rows, "reader")
-    finally:
-        emulator.close()
-        if variant == RAW:
-            source.close()
-        else:
-            source.__exit__(None, None, None)
-
-    user, system = r1[0] - r0[0], r1[1] - r0[1]
-    # A rank's wall ends with its last iteration; the closing barrier only
-    # holds everyone until then (its wake-up latency would otherwise count).
-    wall = t_loop - t0
+        is_reader = bool(source.is_reader)
+        timing = time_batches(comm, source, iters, warmup, cache=page_cache, storage=storage,
+                              train=emulator.step)
+        stats = source.stats()
+    setup = [r for r in stats if r.get("phase") == "setup"]
+    reader_rows = _aggregate(setup, "setup") + _aggregate(timing.window(stats), "reader")
+    warm_eff, k = timing.first, timing.coalesce
+    resident, file_resident = page_cache.resident, page_cache.file_resident
+    start_resident = timing.start_resident[0]
+    counters0, counters1 = timing.counters
+    records, nbytes, wall = timing.records, timing.nbytes, timing.wall
+    total = timing.total
     step_rows = [
-        {"level": "step", "phase": "io", "n": iters, "wall_s": io_s},
-        {"level": "step", "phase": "compute", "n": iters, "wall_s": compute_s},
-        {"level": "step", "phase": "comm", "n": iters, "wall_s": comm_s},
-        {"level": "step", "phase": "barrier", "n": 1, "wall_s": t1 - t_loop},
-        {"level": "step", "phase": "total", "n": iters, "wall_s": wall, "user_s": user,
-         "sys_s": system, "sleep_s": max(0.0, wall - user - system),
-         "vcsw": r1[2] - r0[2], "ivcsw": r1[3] - r0[3], "minflt": r1[4] - r0[4],
-         "majflt": r1[5] - r0[5], "bytes": nbytes, "rank_records": records,
-         "io_rchar": io1.get("rchar", 0) - io0.get("rchar", 0),
-         "io_syscr": io1.get("syscr", 0) - io0.get("syscr", 0),
-         "io_read_bytes": io1.get("read_bytes", 0) - io0.get("read_bytes", 0),
-         "t_start": t0, "t_end": t_loop},
+        {"level": "step", "phase": "io", "n": iters, "wall_s": timing.read_s},
+        {"level": "step", "phase": "compute", "n": iters, "wall_s": timing.compute_s},
+        {"level": "step", "phase": "comm", "n": iters, "wall_s": timing.comm_s},
+        {"level": "step", "phase": "barrier", "n": 1, "wall_s": timing.barrier_s},
+        {"level": "step", "phase": "total", "n": iters, **{c: total[c] for c in _TOTAL_COLUMNS}},
         {"level": "setup", "phase": "construct", "n": 1, "wall_s": setup_s},
-        {"level": "setup", "phase": "warmup", "n": warm_eff, "wall_s": warmup_s},
+        {"level": "setup", "phase": "warmup", "n": warm_eff, "wall_s": timing.warmup_s},
     ]
     host = socket.gethostname()
     mine = []
@@ -293,7 +228,7 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
 
     point_wall = comm.allreduce(wall, op=MPI.MAX)
     setup_max = comm.allreduce(setup_s, op=MPI.MAX)
-    first_batch = comm.allreduce(setup_s + first_read_s, op=MPI.MAX)
+    first_batch = comm.allreduce(setup_s + timing.first_read_s, op=MPI.MAX)
     total_records = comm.allreduce(records)
     total_bytes = comm.allreduce(nbytes)
     gathered = comm.gather(mine, root=0)
