@@ -330,7 +330,7 @@ CLIENT = """
 import json, sys, time
 from lmdbio.lab import cluster as C
 c = C.MPICluster(n=2, work_dir=sys.argv[1]).start()
-c.run(__import__("lmdbio.lab.experiments").experiments.check_shared_memory, 2)
+c.run(__import__("lmdbio.lab.experiments").lab.experiments.check_shared_memory, 2)
 files = sorted(set().union(*(C.shm_files(p["pid"]) for p in c.processes)))
 print(json.dumps({"engines": [p["pid"] for p in c.processes],
                   "controller": c.cluster.controller.process.pid, "shm": files}), flush=True)

@@ -158,11 +158,11 @@ def test_shard_epochs_sixteen_ranks_on_virtual_nodes(db):
     assert "0 failures" in out.stdout
 
 
-def test_a_shuffled_plan_without_its_chunk_is_refused():
-    """One default chunk (the pipeline's default_block), not a second one inside epoch_rows."""
-    with pytest.raises(ValueError, match="needs its chunk"):
+def test_a_shuffled_plan_without_its_block_is_refused():
+    """One default block (the pipeline's default_block), not a second one inside epoch_rows."""
+    with pytest.raises(ValueError, match="needs its block"):
         epoch_rows(EpochPlan(shuffle="shard"), 203, 12, 3, 2, 1)
-    rows = epoch_rows(EpochPlan(), 203, 12, 3, 2, 1)   # file order has no chunks to size
+    rows = epoch_rows(EpochPlan(), 203, 12, 3, 2, 1)   # file order has no blocks to size
     assert rows.rows[:16].ravel().tolist() == list(range(192))
 
 
