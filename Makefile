@@ -95,8 +95,10 @@ reproduce: venv datasets
 	$(BIN)/python -m lmdbio.lab.notebook_runner --scale $(SCALE) --cluster $(CLUSTER) --model-ready --out build/notebooks
 	$(BIN)/python -m lmdbio.lab.claims
 
-# Replot every figure from the committed results (RUN=False), no MPI.
+# Replot every figure from the committed results (RUN=False), no MPI; first every NN_name/shared/
+# from the bench-shared sweep in data/results/shared/ (lmdbio.lab.claims.shared_results).
 figures: venv
+	$(BIN)/python -m lmdbio.lab.claims --shared-only
 	$(BIN)/python -m lmdbio.lab.notebook_runner --replot --jobs 2 --out build/figures-notebooks
 	$(BIN)/python -m lmdbio.lab.claims
 

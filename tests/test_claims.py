@@ -509,6 +509,80 @@ def test_settings_results_falls_back_to_the_committed_copy_and_says_so(tmp_path,
     assert capsys.readouterr().out == ""
 
 
+# --- the shared setting: NN_name/shared/ from the bench-shared sweep ------------------------------
+
+def shared_sweep(root: Path, runs=("cifar10-cold-k0.25", "cifar10-cold-k0.5")) -> Path:
+    """A copy of committed bench-shared runs (P = 4, 16 at k = 0.25; P = 16 at k = 0.5) under
+    ``root/shared/``, where the lab reads them."""
+    import shutil
+
+    for name in runs:
+        src = COMMITTED_RESULTS / "shared" / name
+        if not (src / "summary.csv").exists():
+            pytest.skip(f"no committed bench-shared run {name} (make bench-shared)")
+        shutil.copytree(src, root / "shared" / name, ignore=shutil.ignore_patterns("s_counters.csv", "report.txt"))
+    return root / "shared"
+
+
+def test_shared_verdict_follows_the_shared_summary(tmp_path):
+    sweep = shared_sweep(tmp_path)
+    claims.shared_results(tmp_path)
+    row = verdict(tmp_path, "C2", "shared")
+    assert row["nprocs"] == 16 and row["dataset"] == "cifar10"
+    assert row["source"].endswith("03_lmm/shared") and "time scale k = 0.25" in row["why"]
+    # LMM's records/s at P = 16 in the main run, scaled: the rewritten folder's verdict follows.
+    f = sweep / "cifar10-cold-k0.25" / "summary.csv"
+    committed = pd.read_csv(f)
+    lmm = (committed["variant"] == "lmdbio-lmm") & (committed["nprocs"] == 16)
+    for factor, expected in ((3.0, "yes"), (0.3, "no")):
+        s = committed.copy()
+        s.loc[lmm, "records_per_s"] *= factor
+        s.to_csv(f, index=False)
+        claims.shared_results(tmp_path)
+        moved = verdict(tmp_path, "C2", "shared")
+        assert moved["verdict"] == expected, (factor, moved["why"])
+        assert moved["value"] == pytest.approx(factor * row["value"])
+
+
+def test_shared_takes_each_p_at_its_smallest_time_scale(tmp_path):
+    import json
+
+    sweep = shared_sweep(tmp_path)
+    # A P = 64 run in the sweep's format at its own k (its rows: the main run's P = 16 ones).
+    p64 = sweep / "cifar10-cold-k1-p64"
+    p64.mkdir()
+    s = pd.read_csv(sweep / "cifar10-cold-k0.25" / "summary.csv")
+    s = s[s["nprocs"] == 16].assign(nprocs=64)
+    s.to_csv(p64 / "summary.csv", index=False)
+    meta = json.loads((sweep / "cifar10-cold-k0.25" / "meta.json").read_text())
+    meta["config"]["pfs"]["profile"]["time_scale"] = 1.0
+    (p64 / "meta.json").write_text(json.dumps(meta))
+    claims.shared_results(tmp_path)
+    m = json.loads((tmp_path / "09_scaling" / "shared" / "meta.json").read_text())
+    assert m["k_by_nprocs"] == {"4": 0.25, "16": 0.25, "64": 1.0}
+    folders = {key: [Path(x["folder"]).name for x in m[key]] for key in ("sources", "left_out")}
+    assert folders == {"sources": ["cifar10-cold-k0.25", "cifar10-cold-k1-p64"], "left_out": ["cifar10-cold-k0.5"]}
+    got = pd.read_csv(tmp_path / "09_scaling" / "shared" / "summary.csv")
+    assert sorted(got["nprocs"].unique()) == [4, 16, 64]
+    main16 = pd.read_csv(sweep / "cifar10-cold-k0.25" / "summary.csv").query("nprocs == 16")
+    assert got.query("nprocs == 16")["records_per_s"].sort_values().tolist() == \
+        main16[main16["variant"].isin(got["variant"])]["records_per_s"].sort_values().tolist()
+    row = verdict(tmp_path, "C8", "shared")
+    assert row["nprocs"] == 64 and "time scale k = 1" in row["why"]
+
+
+def test_shared_rows_the_sweep_cannot_judge_say_not_measured(tmp_path):
+    shared_sweep(tmp_path)
+    claims.shared_results(tmp_path)
+    df = claims.evaluate(tmp_path, fallback=False).set_index(["claim", "setting"])
+    for cid in claims.SHARED_NOT_MEASURED.keys() & {c.id for c in CLAIMS}:
+        r = df.loc[(cid, "shared")]
+        assert r["verdict"] == claims.NOT_MEASURED and r["why"].startswith("not measured in this setting: ")
+    # Every other claim is judged from the sweep.
+    judged = df.xs("shared", level="setting").drop(list(claims.SHARED_NOT_MEASURED), errors="ignore")
+    assert judged["verdict"].isin(["yes", "no", "inconclusive"]).all()
+
+
 def test_unknown_claim_names_the_claims():
     with pytest.raises(KeyError, match="C1, C2"):
         claims.claim("C9")

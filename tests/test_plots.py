@@ -141,3 +141,19 @@ def test_load_names_the_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="RUN=True"):
         plots.load(tmp_path, "summary.csv")
     assert plots.machine(tmp_path) == {}
+
+
+def test_claim_settings_draws_a_panel_per_setting_and_says_what_is_not_measured(tmp_path):
+    from lmdbio.lab import claims
+
+    c = claims.claim("C1")
+    series = {"local": pd.DataFrame({"nprocs": [1, 4], "value": [0.1, 0.2], "lo": [0.1, 0.2],
+                                     "hi": [0.1, 0.2]})}
+    why = f"not measured in this setting: {claims.SHARED_NOT_MEASURED['C1']}"
+    verdicts = pd.DataFrame([{"setting": "shared", "verdict": claims.NOT_MEASURED, "why": why,
+                              "value": np.nan, "nprocs": np.nan}])
+    fig = plots.claim_settings(c, series, verdicts, META)
+    assert [ax.get_title() for ax in fig.axes] == [plots.SETTING_TITLES[s] for s in claims.SETTINGS]
+    texts = {s: " ".join(t.get_text() for t in ax.texts) for s, ax in zip(claims.SETTINGS, fig.axes)}
+    assert texts["shared"].replace("\n", " ").startswith("not measured in this setting: LMDB's I/O share")
+    assert texts["gpfs"] == "no results"

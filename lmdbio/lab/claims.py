@@ -1,9 +1,13 @@
 """The papers' claims: one registry, each with a quantity, a criterion and the paper's own factor.
 
-Every claim is judged in three settings, each from its own results folder:
+Every claim is judged in five settings, each from its own results folder:
 
 - ``local``: measured on this machine's local disk (``NN_name/summary.csv`` or ``rows.csv``);
 - ``gpfs``: measured through the emulated GPFS, ``lmdbio.lab.pfs`` (``NN_name/gpfs/``);
+- ``throttled``: measured on throttled loop devices, ``lmdbio.lab.storage`` (``NN_name/throttled/``);
+- ``shared``: measured on one shared throttled target (``make bench-shared``), its sweep's
+  points copied into ``NN_name/shared/`` by :func:`shared_results`;
+  the claims the sweep cannot judge are ``not measured`` (:data:`SHARED_NOT_MEASURED`);
 - ``model``: ``lmdbio model predict --platform bebop`` at the papers' scale
   (``model_prediction/predictions.csv``, its joint samples ``joint.csv`` and the
   poster-axis check of ``absolute.csv``).
@@ -32,7 +36,8 @@ Every ``why`` is built from the data: the verdict's numbers, then the phase
 A repeats directory (``results_root/repeats/*.csv``), when present, supplies
 the measured settings' repeats; see :func:`read_repeats` for the format.
 
-``python -m lmdbio.lab.claims`` writes ``data/results/claims.csv``,
+``python -m lmdbio.lab.claims`` rewrites every ``NN_name/shared/`` from the bench-shared sweep,
+then writes ``data/results/claims.csv``,
 ``data/results/claims_split.csv`` (the split by optimization against the
 papers' factors), the table between the markers in ``figures/README.md`` and
 the claims summary between its markers in ``docs/claims.md``.
@@ -55,21 +60,25 @@ import pandas as pd
 from .scales import COMMITTED_RESULTS, REPO
 
 __all__ = ["Claim", "CLAIMS", "claim", "SETTINGS", "SETTING_LABELS", "COLUMNS", "DETAILS", "VERDICTS",
-           "FULL", "FACTOR_TOLERANCE", "NO_FACTOR", "MODEL_DIR", "REPEATS_DIR", "setting_dir", "resolve", "series",
+           "FULL", "FACTOR_TOLERANCE", "NO_FACTOR", "MODEL_DIR", "REPEATS_DIR", "SHARED_NOT_MEASURED",
+           "NOT_MEASURED", "SHARED_SWEEP", "SHARED_NOTEBOOKS", "shared_results", "setting_dir", "resolve", "series",
            "direction", "band_verdict", "magnitude", "band_word", "axis_rows", "CHECKS", "read_repeats", "compare_runs",
            "evaluate", "write", "render", "show", "readme_table", "update_readme", "CLAIMS_DOC", "rendered_blocks",
            "render_validation", "render_split", "render_claims_summary",
            "SPLIT", "split_table", "write_split", "TRAINING", "main"]
 
-SETTINGS = ("local", "gpfs", "throttled", "model")
+SETTINGS = ("local", "gpfs", "throttled", "shared", "model")
 SETTING_LABELS = {"local": "local disk, measured", "gpfs": "emulated GPFS, measured",
                   "throttled": "throttled block device, measured",
+                  "shared": "shared throttled target, measured",
                   "model": "papers' scale, model"}
 COLUMNS = ["claim", "setting", "measured", "criterion", "verdict", "why"]
 DETAILS = ["magnitude", "band_low", "band_high", "paper_factor", "dataset", "repeats", "decides",
            "paper", "notebook", "quantity", "nprocs", "value", "threshold", "source"]
+#: A shared-setting row whose quantity needs an experiment the shared sweep does not run.
+NOT_MEASURED = "not measured"
 #: Every verdict a row can have ("no data": the setting has no results).
-VERDICTS = ("yes", "no", "inconclusive", "open", "not judged by the model", "no data")
+VERDICTS = ("yes", "no", "inconclusive", "open", "not judged by the model", NOT_MEASURED, "no data")
 README = REPO / "figures" / "README.md"
 #: The page whose "claims summary" block ``python -m lmdbio.lab.claims`` rewrites beside README's table.
 CLAIMS_DOC = REPO / "docs" / "claims.md"
@@ -490,7 +499,15 @@ class Claim:
     def quantity(self, setting: str, d: Path, results_root=None) -> pd.DataFrame | None:
         if setting == "model":
             return self.model(d, self.threshold)
+        if setting == "shared" and self.id in SHARED_NOT_MEASURED:
+            return None
         return self.measured(setting, d, results_root)
+
+
+def _dataset(setting: str, dataset: str | None) -> str | None:
+    """The records a setting's points are taken from: the claim's, except in the shared setting,
+    whose sweep reads one dataset (its rows and meta.json say which)."""
+    return None if setting == "shared" else dataset
 
 
 def _throughput(slow: str, fast: str, dataset: str, col: str = "records_per_s"):
@@ -500,7 +517,7 @@ def _throughput(slow: str, fast: str, dataset: str, col: str = "records_per_s"):
             r = _measured_throughput(rep, slow, fast, col, dataset)
             if r is not None and len(r):
                 return r
-        return _measured_throughput(_summary(d), slow, fast, col, dataset)
+        return _measured_throughput(_summary(d), slow, fast, col, _dataset(setting, dataset))
     return q
 
 
@@ -547,8 +564,8 @@ def _coal(setting: str, d: Path, root):
         if r is not None and len(r):
             return r
     pts = _timeline_throughput(d)
-    if pts is None:
-        return None
+    if pts is None:   # a bench sweep (the shared setting): COAL at the Reader's default, 4 MiB
+        return _measured_throughput(_summary(d), base, coal, "records_per_s", _dataset(setting, "cifar10"))
     sizes = sorted(pts.loc[pts["variant"] == coal, "coalesce_bytes"].dropna().unique())
     if not sizes:
         return None
@@ -566,8 +583,8 @@ def _stag(setting: str, d: Path, root):
         if r is not None and len(r):
             return r
     pts = _timeline_throughput(d)
-    if pts is None:
-        return None
+    if pts is None:   # a bench sweep (the shared setting): STAG's default group, half the readers
+        return _measured_throughput(_summary(d), base, stag, "records_per_s", _dataset(setting, "imagenet"))
     return _timeline_ratio(pts[pts["variant"] == base], pts[pts["variant"] == stag], base, stag)
 
 
@@ -642,6 +659,17 @@ TRAINING = Claim("T", "10_training", "TOPC 2019",
 
 _BY_ID = {c.id: c for c in (*CLAIMS, TRAINING)}
 
+#: The claims the shared setting cannot judge, and why: the shared sweep (``make bench-shared``)
+#: times reading alone (no compute or allreduce) on CIFAR-10 records.
+SHARED_NOT_MEASURED = {
+    "C1": ("LMDB's I/O share of a training iteration needs the emulated compute and allreduce "
+           "(ImageNet records, AlexNet compute); the shared sweep times reading alone (compute_time 0) "
+           "on CIFAR-10 records"),
+    "C8-imagenet": "the shared sweep reads CIFAR-10 records only; C8 judges the full stack over LMDB on them",
+    "T": ("the training time needs the emulated compute and allreduce on ImageNet records; the shared "
+          "sweep times reading alone (compute_time 0) on CIFAR-10 records"),
+}
+
 
 def claim(claim_id: str) -> Claim:
     """The claim ``C1`` .. ``C8``, ``C8-imagenet`` (or ``T``, notebook 10's training view)."""
@@ -683,6 +711,107 @@ def resolve(results_root, notebook: str, setting: str, fallback: bool = True) ->
     return setting_dir(COMMITTED_RESULTS, notebook, setting), "committed"
 
 
+# --- the shared setting: NN_name/shared/ from the bench-shared sweep ------------------------------
+
+#: Where ``make bench-shared`` writes its runs (``cifar10-cold-k<K>[-TAG]/``), under a results root.
+SHARED_SWEEP = "shared"
+#: The claim notebooks and the variants of the shared sweep each one's shared folder holds; ``()``:
+#: none of its claims is in the sweep (:data:`SHARED_NOT_MEASURED` says why).
+SHARED_NOTEBOOKS = {
+    "02_lmdb_analysis": (),
+    "03_lmm": ("lmdb", "lmdbio-lmm"),
+    "04_dm": ("lmdbio-lmm", "lmdbio-lmm-dm"),
+    "05_dio": ("lmdbio-lmm", "lmdbio-lmm-dm", "lmdbio-lmm-dio"),
+    "06_prov": ("lmdbio-lmm-dio", "lmdbio-lmm-dio-prov"),
+    "07_coal": ("lmdbio-lmm-dio-prov", "lmdbio-lmm-dio-prov-coal"),
+    "08_stag": ("lmdbio-lmm-dio-prov-coal", "lmdbio-lmm-dio-prov-coal-stag"),
+    "09_scaling": ("raw", "lmdb", "lmdbio-lmm", "lmdbio-lmm-dm", "lmdbio-lmm-dio", "lmdbio-lmm-dio-prov",
+                   "lmdbio-lmm-dio-prov-coal", "lmdbio-lmm-dio-prov-coal-stag"),
+    "10_training": (),
+}
+
+
+def _shared_run(run: Path) -> dict:
+    """One bench-shared run folder: its time scale k (meta.json's profile, else the folder's name),
+    its P values, cold summary rows and meta.json."""
+    import json
+    import re
+
+    meta = json.loads((run / "meta.json").read_text())
+    cfg = meta.get("config", {})
+    k = (cfg.get("pfs") or {}).get("profile", {}).get("time_scale")
+    if k is None:
+        m = re.search(r"-k([0-9.]+)", run.name)
+        k = float(m.group(1)) if m else float("nan")
+    s = pd.read_csv(run / "summary.csv")
+    s = s[s["cache"] == "cold"] if "cache" in s else s
+    return {"run": run, "k": float(k), "summary": s, "meta": meta,
+            "nprocs": sorted(int(p) for p in s["nprocs"].unique())}
+
+
+def shared_results(results_root=COMMITTED_RESULTS) -> list[Path]:
+    """Write each claim notebook's ``NN_name/shared/`` from the ``make bench-shared`` sweep.
+
+    Reads ``results_root/shared/cifar10-cold-k*/{summary.csv, meta.json}``
+    (default root: the committed ``data/results``). Each P is taken from the
+    run at the smallest time scale k that has it (the sweep's main k; a run
+    at a larger k for the same P is its check and is left out), so a later
+    P = 64 folder joins at its own k. Writes ``summary.csv`` (the cold rows of
+    the notebook's variants, :data:`SHARED_NOTEBOOKS`; none where the sweep
+    holds none) and ``meta.json`` (the source folders, k per P, those left out,
+    the dataset and node shape) into every notebook's ``shared/``; the claims
+    read them as the ``shared`` setting. Rerunning it on the same sweep writes
+    the same files. Returns the folders written (none when there is no sweep).
+    """
+    import json
+
+    root = Path(results_root)
+    runs = sorted((_shared_run(r) for r in (root / SHARED_SWEEP).glob("cifar10-cold-k*")
+                   if (r / "summary.csv").exists() and (r / "meta.json").exists()),
+                  key=lambda x: (x["k"], x["run"].name))
+    if not runs:
+        return []
+    chosen: dict[int, dict] = {}
+    for r in runs:   # smallest k first
+        for p in r["nprocs"]:
+            chosen.setdefault(p, r)
+    used = [r for r in runs if any(chosen[p] is r for p in r["nprocs"])]
+    rows = pd.concat([r["summary"][r["summary"]["nprocs"].isin([p for p in chosen if chosen[p] is r])]
+                      for r in used], ignore_index=True)
+    rows = rows.sort_values(["nprocs", "variant", "repeat"], kind="stable")
+    cfg = used[0]["meta"].get("config", {})
+    meta = {
+        "setting": "shared",
+        "written_by": "lmdbio.lab.claims.shared_results (make bench-shared, then python -m lmdbio.lab.claims)",
+        "storage": cfg.get("storage", ""),
+        "dataset": ",".join(sorted(rows["dataset_name"].astype(str).unique())) if "dataset_name" in rows
+        else "",
+        "ranks_per_node": cfg.get("ranks_per_node"), "readers_per_node": cfg.get("readers_per_node"),
+        "k_by_nprocs": {str(p): chosen[p]["k"] for p in sorted(chosen)},
+        "sources": [{"folder": _rel(r["run"]), "k": r["k"],
+                     "nprocs": [p for p in r["nprocs"] if chosen[p] is r],
+                     "git_commit": r["meta"].get("git_commit", ""), "written": r["meta"].get("written", "")}
+                    for r in used],
+        "left_out": [{"folder": _rel(r["run"]), "k": r["k"], "nprocs": r["nprocs"],
+                      "why": "every P of it is taken from a run at a smaller k"}
+                     for r in runs if r not in used],
+        "host": used[0]["meta"].get("host", {}),
+    }
+    out = []
+    for notebook, variants in SHARED_NOTEBOOKS.items():
+        d = root / notebook / "shared"
+        d.mkdir(parents=True, exist_ok=True)
+        part = rows[rows["variant"].isin(variants)]
+        if len(part):
+            part.to_csv(d / "summary.csv", index=False)
+        elif (d / "summary.csv").exists():
+            (d / "summary.csv").unlink()
+        (d / "meta.json").write_text(json.dumps({**meta, "notebook": notebook, "variants": list(variants)},
+                                                indent=2) + "\n")
+        out.append(d)
+    return out
+
+
 def _quantity(c: Claim, results_root, s: str, fallback: bool):
     d, source = resolve(results_root, c.notebook, s, fallback)
     root = results_root if source == "here" else COMMITTED_RESULTS
@@ -718,6 +847,24 @@ def _committed_commit() -> str:
         return str(git_commit())[:12]
     except Exception:  # noqa: BLE001 - a label only
         return "unknown"
+
+
+def _shared_note(d: Path, nprocs: int, dataset: str) -> tuple[str, str]:
+    """The shared sweep's dataset and what a shared row's why says of the sweep, from meta.json
+    (:func:`shared_results`)."""
+    import json
+    try:
+        m = json.loads((d / "meta.json").read_text())
+    except (OSError, ValueError):
+        return "", ""
+    have = m.get("dataset", "")
+    other = f" (the claim's other settings: {dataset})" if dataset and have and have != dataset else ""
+    note = (f"; bench-shared: {have or '?'} records{other}, {m.get('ranks_per_node', '?')} ranks and "
+            f"{m.get('readers_per_node', '?')} reader per virtual node")
+    k = m.get("k_by_nprocs", {}).get(str(nprocs))
+    if k is not None:
+        note += f", time scale k = {k:g}"
+    return have, note
 
 
 def _judge(c: Claim, s: str, last) -> dict:
@@ -840,10 +987,20 @@ def evaluate(results_root=COMMITTED_RESULTS, claims=CLAIMS, *, fallback: bool = 
                     "paper_factor": c.paper_factor if c.paper_factor else np.nan, "dataset": c.dataset,
                     "notebook": c.notebook, "quantity": c.quantity_name, "threshold": c.threshold,
                     "source": _rel(d)}
+            if s == "shared" and c.id in SHARED_NOT_MEASURED and (d / "meta.json").exists():
+                why = f"not measured in this setting: {SHARED_NOT_MEASURED[c.id]}"
+                if source == "committed":
+                    commit = commit or _committed_commit()
+                    why += f" [committed results at {commit}: this run did not measure this setting]"
+                rows.append({**base, "measured": NOT_MEASURED, "verdict": NOT_MEASURED, "magnitude": "no data",
+                             "nprocs": np.nan, "value": np.nan, "repeats": 0, "decides": "", "why": why})
+                continue
             if df is None or df.empty:
-                run = "lmdbio model predict" if s == "model" else f"notebook {c.notebook} with RUN=True"
+                run = {"model": "lmdbio model predict",
+                       "shared": "make bench-shared, then python -m lmdbio.lab.claims"}.get(
+                    s, f"notebook {c.notebook} with RUN=True")
                 why = f"no results in {_rel(d)} (run {run})"
-                if s != "model" and df is not None and c.dataset:
+                if s not in ("model", "shared") and df is not None and c.dataset:
                     why = (f"{_rel(d)} holds no {c.dataset} points ({c.notebook} does not measure "
                            f"{c.dataset}); the model setting judges it at the papers' scale")
                 rows.append({**base, "measured": "no data", "verdict": "no data", "magnitude": "no data",
@@ -854,6 +1011,10 @@ def evaluate(results_root=COMMITTED_RESULTS, claims=CLAIMS, *, fallback: bool = 
                       else [(None, df)])
             for w, g in groups:
                 j = _judge(c, s, g.loc[g["nprocs"].idxmax()])
+                if s == "shared":
+                    dataset, note = _shared_note(d, j["nprocs"], c.dataset)
+                    base["dataset"] = dataset or base["dataset"]
+                    j["why"] += note
                 if source == "committed":
                     commit = commit or _committed_commit()
                     j["why"] += f" [committed results at {commit}: this run did not measure this setting]"
@@ -962,7 +1123,7 @@ def render_split(results_root=COMMITTED_RESULTS) -> str:
 def render_claims_summary(df: pd.DataFrame) -> str:
     """docs/claims.md's summary table: the paper's words and each setting's verdict, from claims.csv."""
     heads = {"local": "local disk", "gpfs": "emulated GPFS", "throttled": "throttled device",
-             "model": "papers' scale (model)"}
+             "shared": "shared target", "model": "papers' scale (model)"}
     lines = ["| claim | the paper says | " + " | ".join(heads.get(s, s) for s in SETTINGS) + " |",
              "|---" * (2 + len(SETTINGS)) + "|"]
     for cid, g in df.groupby("claim", sort=False):
@@ -1107,6 +1268,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compare", nargs=2, metavar=("FIRST", "SECOND"),
                    help="only compare two claims.csv files (two runs) and print the verdicts that differ")
     p.add_argument("--out", help="with --compare: also write the comparison to this CSV")
+    p.add_argument("--shared-only", action="store_true",
+                   help="only rewrite every NN_name/shared/ from the bench-shared sweep (RESULTS/shared/)")
     args = p.parse_args(argv)
     if args.compare:
         cmp = compare_runs(*args.compare)
@@ -1117,6 +1280,10 @@ def main(argv: list[str] | None = None) -> int:
         for r in changed.itertuples():
             print(f"{r.claim:11s} {r.setting:9s} {r.verdict_first} ({r.measured_first}) -> "
                   f"{r.verdict_second} ({r.measured_second})")
+        return 0
+    shared = shared_results(args.results)
+    if args.shared_only:
+        print(f"{len(shared)} shared folders written from {Path(args.results) / 'shared'}")
         return 0
     df = write(args.results)
     split = write_split(args.results)

@@ -472,10 +472,11 @@ def training(summary: pd.DataFrame, meta: dict | None = None):
     return fig
 
 
-# --- the three settings of a claim (notebooks 02-10) ----------------------------------------------
+# --- the settings of a claim (notebooks 02-10) ----------------------------------------------------
 
 SETTING_TITLES = {"local": "(a) local disk, measured", "gpfs": "(b) emulated GPFS, measured",
                   "throttled": "(b2) throttled block device, measured",
+                  "shared": "(b3) shared throttled target, measured",
                   "model": "(c) papers' scale, model"}
 
 
@@ -503,7 +504,13 @@ def claim_settings(claim, series: dict, verdicts: pd.DataFrame | None = None, me
         ax.axhline(claim.threshold, color="#555", ls="--", lw=1)
         d = series.get(setting)
         if d is None or d.empty:
-            ax.text(0.5, 0.5, "no results", ha="center", va="center", transform=ax.transAxes, color="#888")
+            r = verdicts[verdicts["setting"] == setting] if verdicts is not None else None
+            unmeasured = r is not None and len(r) and r["verdict"].iloc[0] == "not measured"
+            text = "\n".join(textwrap.wrap(r["why"].iloc[0].split(" [committed")[0], 40)) if unmeasured \
+                else "no results"
+            ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#888",
+                    fontsize=8 if unmeasured else None,
+                    bbox=dict(facecolor="white", edgecolor="none") if unmeasured else None)
             ax.set_xticks([])
         else:
             lo = (d["value"] - d["lo"]).clip(lower=0).fillna(0)
