@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import sys
 import time
 from collections import defaultdict, deque
 from contextlib import contextmanager
@@ -41,7 +42,11 @@ from lmdbio.pipeline.window import Window
 from lmdbio.plan import EpochSchedule, Stream, plan_extents
 from lmdbio.recordindex import build_index
 from lmdbio.shuffle import record_windows
+from conftest import MPI_SCRIPTS
 from lmdbio.topology import make_topology
+
+sys.path.insert(0, str(MPI_SCRIPTS))
+from stored import stored_values  # noqa: E402
 
 N = 203          # records: no batch size below divides it, so the stream wraps mid-batch
 B = 8            # global batch
@@ -58,12 +63,7 @@ def db(tmp_path_factory):
 @pytest.fixture(scope="module")
 def expected(db) -> list[bytes]:
     """Every record's value, by py-lmdb, in key order."""
-    env = lmdb.open(str(db), readonly=True, lock=False)
-    try:
-        with env.begin() as txn:
-            return [bytes(v) for _, v in txn.cursor()]
-    finally:
-        env.close()
+    return stored_values(db)
 
 
 @pytest.fixture(scope="module")
@@ -226,10 +226,7 @@ def test_table_locator_refuses_positions_outside_its_table(db):
 def test_prov_or_index_reads_the_index_without_a_sidecar(tmp_path):
     bare = lmdbio.make_dataset(tmp_path / "bare", "cifar10", 40, commit_every=15, seed=9,
                                provenance=False)
-    env = lmdb.open(str(bare), readonly=True, lock=False)
-    with env.begin() as txn:
-        want = [bytes(v) for _, v in txn.cursor()]
-    env.close()
+    want = stored_values(bare)
     sched = Stream(40, 8, 0, 8, 2)
     with opened("prov-or-index", bare) as loc:
         loc.setup(MPI.COMM_SELF, MPI.COMM_SELF, sched, {})
