@@ -16,10 +16,14 @@ from .format import db_file, read_meta
 from .metrics import PhaseRecorder, totals_snapshot, with_total
 from .options import Options, check_batch_size, parse_variant, resolve_variant
 from .pipeline import EpochPlan, Iteration, Pipeline
+from .shuffle import DEFAULT_PARTITIONS, check_count, num_batches
 from .topology import Topology, check_node_args, make_topology, node_number
 from .waiting import timeout
 
-__all__ = ["Reader", "Batch", "collective"]
+__all__ = ["Reader", "Batch", "collective", "STATE_VERSION"]
+
+#: The layout of :meth:`Reader.state_dict`'s dict; a state of another version is refused.
+STATE_VERSION = 1
 
 
 class Reader:
@@ -52,6 +56,13 @@ class Reader:
     :meth:`close`: shared memory that a batch still views is kept mapped until
     the process ends.
 
+    Resume: :meth:`state_dict` is where the epochs are (an epoch and how many of its
+    batches were delivered, the order's settings, the snapshot), plain values, the same
+    on every rank. :meth:`load_state_dict` on a new Reader built with the same arguments
+    makes the next :meth:`epoch` of that epoch yield the batches not delivered yet; the
+    epochs after it are as if the job had never stopped. The rank count may change
+    except under ``shuffle="shard"``, whose order depends on it.
+
     Args:
         path: LMDB directory or data.mdb file. ``{node}`` in it is replaced by
             the rank's node number (``rank // ranks_per_node`` for virtual
@@ -70,13 +81,17 @@ class Reader:
         stagger_size: STAG's readers per group (default half the readers).
         build_provenance: PROV builds a missing or stale sidecar instead of failing.
         measure: record per-phase timings for :meth:`stats`.
-        shuffle, seed, shuffle_block, shuffle_window, last_batch: :meth:`epoch`'s order and
-            last batch (:class:`lmdbio.pipeline.EpochPlan`). ``shuffle``: False (file
-            order), True or ``"window"`` (each window shuffled whole: most random; node
-            readers read whole windows), ``"shard"`` (each rank shuffles its own contiguous
-            slice of every window: node readers read only their ranks' part, a file-order
-            epoch's bytes; the order depends on the rank count). prefetch: batches it reads
-            ahead in a thread (:mod:`lmdbio.pipeline.prefetch`).
+        shuffle, seed, shuffle_block, shuffle_window, shuffle_partitions, last_batch:
+            :meth:`epoch`'s order and last batch (:class:`lmdbio.pipeline.EpochPlan`).
+            ``shuffle``: False (file order), True or ``"window"`` (each window shuffled
+            whole: most random; node readers read whole windows), ``"shard"`` (each rank
+            shuffles its own contiguous slice of every window: node readers read only their
+            ranks' part, a file-order epoch's bytes; the order depends on the rank count),
+            ``"elastic"`` (the shard order over ``shuffle_partitions`` canonical partitions,
+            default 64, in place of the ranks: one order at any rank count; node readers
+            read only their part of each window where their ranks' positions are whole
+            partitions, see :mod:`lmdbio.shuffle`).
+        prefetch: batches it reads ahead in a thread (:mod:`lmdbio.pipeline.prefetch`).
         on_error: what a rank that fails alone does (see above): ``"abort"``
             ends the whole job; ``"raise"`` raises on that rank only (the
             others stop at their timeout). Default: ``$LMDBIO_ON_ERROR`` or
@@ -92,7 +107,8 @@ class Reader:
                  build_provenance: bool = False, measure: bool = True,
                  on_error: str | None = None, shuffle: bool | str = False, seed: int = 0,
                  shuffle_block: int | None = None, shuffle_window: int = 4,
-                 last_batch: str = "short", prefetch: int = 0):
+                 last_batch: str = "short", prefetch: int = 0,
+                 shuffle_partitions: int = DEFAULT_PARTITIONS):
         # The Reader talks on its own duplicate (its first collective call), so none of its
         # messages meets the user's or another Reader's on the same communicator.
         self.user_comm = comm if comm is not None else MPI.COMM_WORLD
@@ -115,7 +131,8 @@ class Reader:
         def check_args():
             check_settings(on_error)
             check_node_args(ranks_per_node, readers_per_node)
-            self.epochs = EpochPlan(shuffle, seed, shuffle_block, shuffle_window, last_batch)
+            self.epochs = EpochPlan(shuffle, seed, shuffle_block, shuffle_window, last_batch,
+                                    shuffle_partitions)
             self.batch_size = check_batch_size(batch_size, self.nprocs)
             f = db_file(str(path).replace("{node}", str(node)))
             return (*resolve_variant(variant, options, f, chooser=self.rank == 0,
@@ -261,20 +278,22 @@ class Reader:
         epoch (or :meth:`read_batch`) goes on after this epoch's last row, however many of
         its batches were taken, so ranks that broke out early agree where reading goes on.
         One epoch at a time: starting another while this one's iterator is alive raises
-        ConfigurationError.
+        ConfigurationError. After :meth:`load_state_dict`, the state's epoch yields only the
+        batches the state had not delivered.
         """
         self._check_usable()
         token = object()
-        rows = self._start_epoch(e, token)
+        left = self._start_epoch(e, token)
         try:
-            for _ in range(rows.batches):
+            for _ in range(left):
                 yield self._next()
         finally:
             if self.it is not None and self.it.is_live(token):
                 self._end_epoch()
 
-    def _start_epoch(self, e: int, token):
-        """Agree with every rank on epoch ``e``'s start, then lay out its rows. Collective."""
+    def _start_epoch(self, e: int, token) -> int:
+        """Agree with every rank on epoch ``e``'s start, then lay out its rows. Collective.
+        Returns the batches left to deliver (all of them, unless a loaded state resumes)."""
         it = self.it
         t0 = it.next_start()   # epochs start on a chunk
         problem = None
@@ -283,13 +302,21 @@ class Reader:
                        f"is alive): finish it or close it (it.close()) before starting epoch {e}")
         elif isinstance(e, bool) or not isinstance(e, (int, np.integer)) or e < 0:
             problem = f"epoch must be an int >= 0, got {e!r}"
-        views = allgather(self.comm, (problem, e, t0, it.last),
+        elif it.resume is not None and it.resume[0] != e \
+                and 0 < it.resume[1] < self._epoch_batches():
+            saved, done = it.resume
+            problem = (f"the state loaded (load_state_dict) stopped epoch {saved} after {done} of "
+                       f"its {self._epoch_batches()} batches, and epoch {e} was asked for: "
+                       f"iterate epoch {saved} first (reader.epoch({saved}), or "
+                       f"set_epoch({saved})) to deliver the rest of it, or load the state of the "
+                       "epoch you mean to read")
+        views = allgather(self.comm, (problem, e, t0, it.last, it.resume),
                           what=f"the start of epoch {e}")
         bad = [(r, v[0]) for r, v in enumerate(views) if v[0] is not None]
         if bad:
             r, msg = bad[0]
             raise ConfigurationError(msg if r == self.rank else f"rank {r}: {msg}")
-        parted = {(v[1], v[2], v[3]) for v in views}
+        parted = {(v[1], v[2], v[3], v[4]) for v in views}
         if len(parted) > 1:
             where = "; ".join(f"rank {r}: epoch {v[1]}" + (f" after taking {v[3][1]} batches of "
                                                            f"epoch {v[3][0]}" if v[3] else "")
@@ -299,9 +326,12 @@ class Reader:
                 "must iterate the same epochs and take the same number of batches of each "
                 "(break out of an epoch at the same batch on every rank)")
         rows, schedule = collective(self.comm, self.pipe.start_epoch, int(e), t0, self.rec)
+        # A resumed epoch starts at its next batch, on the chunk that holds it.
+        skip = it.resume[1] if it.resume is not None and it.resume[0] == e else 0
         it.begin(token, int(e), rows, schedule, t0,
-                 self.pipe.prefetch(t0, t0 + rows.batches, schedule, rows, self.rec))
-        return rows
+                 self.pipe.prefetch(t0 + skip, t0 + rows.batches, schedule, rows, self.rec),
+                 skip)
+        return rows.batches - skip
 
     def _end_epoch(self) -> None:
         """Local: stop reading ahead (every rank's thread reads to the same bound), go back
@@ -318,6 +348,121 @@ class Reader:
 
     def __iter__(self):
         return self.epoch(self._epoch)
+
+    # ------------------------------------------------------------- resuming
+    def state_dict(self) -> dict:
+        """Where this Reader's epochs are, as plain JSON values (local, no message).
+
+        ``epoch`` and ``batches``: the live epoch and the batches it delivered, else the
+        last epoch's (or a loaded state's not resumed yet; ``set_epoch``'s epoch and 0
+        before any). The rest says which order they are of: ``batch_size``, ``shuffle``
+        (the mode, None for file order), ``seed``, ``block``, ``window``, ``partitions``,
+        ``last_batch``, ``nprocs`` and ``dataset`` (the snapshot: its LMDB transaction id
+        and record count). Every rank's is the same (every rank takes the same batches), so
+        saving rank 0's is enough.
+        """
+        if self._closed or self.it is None:
+            raise LmdbioError("the Reader is closed: take state_dict() before close()")
+        epoch, batches = self.it.position(self._epoch)
+        plan = self.pipe.epochs
+        return {"version": STATE_VERSION, "epoch": int(epoch), "batches": int(batches),
+                "batch_size": self.batch_size, "shuffle": plan.mode, "seed": int(plan.seed),
+                "block": int(plan.block), "window": int(plan.window),
+                "partitions": int(plan.partitions), "last_batch": plan.last_batch,
+                "nprocs": self.nprocs, "dataset": self._dataset_id()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume from ``state`` (:meth:`state_dict` of this job or an earlier one): the next
+        :meth:`epoch` of its epoch (or ``for b in reader``: the state's epoch is
+        :meth:`set_epoch`'s) yields the batches the state had not delivered.
+
+        Collective: every rank loads the same state, between epochs. A state of another
+        version of the data set raises SnapshotError, one of another batch size, order
+        (shuffle, seed, block, window, partitions), last-batch policy or, under
+        ``"shard"``, rank count ConfigurationError, on every rank, naming what differs.
+        """
+        self._check_usable()
+        point = problem = None
+        try:
+            if self.it.live is not None:
+                raise ConfigurationError(
+                    f"epoch {self.it.live.number} is in progress on this Reader: load the state "
+                    "before starting an epoch, or close its iterator (it.close()) first")
+            point = self._resume_point(state)
+        except LmdbioError as exc:
+            problem = (type(exc), str(exc))
+        views = allgather(self.comm, (problem, point), what="load_state_dict()")
+        bad = [(r, v[0]) for r, v in enumerate(views) if v[0] is not None]
+        if bad:
+            r, (cls, msg) = bad[0]
+            raise cls(msg if r == self.rank else f"rank {r}: {msg}")
+        if len({v[1] for v in views}) > 1:
+            where = "; ".join(f"rank {r}: epoch {v[1][0]} after {v[1][1]} batches"
+                              for r, v in enumerate(views))
+            raise ConfigurationError(
+                f"the ranks loaded different states ({where}): load the same state on every "
+                "rank (state_dict() is the same on every rank; saving rank 0's is enough)")
+        self.it.resume = point
+        self._epoch = point[0]
+
+    def _dataset_id(self) -> dict:
+        return {"txnid": int(self.txnid), "records": int(self.n)}
+
+    def _epoch_batches(self) -> int:
+        return num_batches(self.n, self.batch_size, self.pipe.epochs.last_batch)
+
+    def _resume_point(self, state) -> tuple[int, int]:
+        """``(epoch, batches delivered)`` of ``state``, or the error saying why this Reader
+        cannot resume it."""
+        redo = ("build the Reader with the state's settings to resume it, or start the epoch "
+                "over without load_state_dict()")
+        if not isinstance(state, dict):
+            raise ConfigurationError(f"state must be a dict that Reader.state_dict() returned, "
+                                     f"got a {type(state).__name__}")
+        mine = self.state_dict()
+        missing = [k for k in mine if k not in state]
+        if missing:
+            raise ConfigurationError(
+                f"the state has no {', '.join(missing)}: pass a dict that Reader.state_dict() "
+                "returned (LmdbDataset.state_dict() holds one under 'reader')")
+        if state["version"] != STATE_VERSION:
+            raise ConfigurationError(f"the state is of version {state['version']!r}; this lmdbio "
+                                     f"reads version {STATE_VERSION}: start the epoch over "
+                                     "without load_state_dict()")
+        if state["dataset"] != mine["dataset"]:
+            ds = state["dataset"]
+            got = (f"snapshot txnid {ds.get('txnid')!r} of {ds.get('records')!r} records"
+                   if isinstance(ds, dict) else repr(ds))
+            raise SnapshotError(
+                f"the state was saved from another version of the data set ({got}); this Reader "
+                f"opened {self.path} at txnid {self.txnid} with {self.n} records. Resume on the "
+                "version the state was saved from, or start the epoch over without "
+                "load_state_dict()")
+        keys = ["batch_size", "shuffle", "last_batch"]
+        if mine["shuffle"] is not None:
+            keys += ["seed", "block", "window"]
+        if mine["shuffle"] == "elastic":
+            keys.append("partitions")
+        args = {"block": "shuffle_block", "window": "shuffle_window",
+                "partitions": "shuffle_partitions"}
+        diff = [f"{args.get(k, k)} {state[k]!r} in the state, {mine[k]!r} here"
+                for k in keys if state[k] != mine[k]]
+        if diff:
+            raise ConfigurationError(
+                f"the state does not match this Reader: {'; '.join(diff)}; {redo}")
+        if mine["shuffle"] == "shard" and state["nprocs"] != self.nprocs:
+            raise ConfigurationError(
+                f"the state was saved on {state['nprocs']!r} ranks and this Reader runs on "
+                f"{self.nprocs}: the shard order depends on the rank count. Resume on "
+                f"{state['nprocs']!r} ranks (shuffle='elastic' keeps one order on any number), "
+                "or start the epoch over without load_state_dict()")
+        epoch = check_count("the state's epoch", state["epoch"], 0)
+        total = self._epoch_batches()
+        batches = check_count("the state's batches", state["batches"], 0)
+        if batches > total:
+            raise ConfigurationError(f"the state says {batches} batches of epoch {epoch} were "
+                                     f"delivered, but an epoch here has {total}: {redo}")
+        return epoch, batches
 
     def _abandon(self) -> None:
         if self.pipe is not None:

@@ -6,7 +6,7 @@ then shuffled record by record, so a batch mixes records of several blocks.
 The order is a pure function of ``(n, block, window, seed, epoch)``: every
 rank computes the same one without talking to the others.
 
-Two modes (:data:`MODES`) share the blocks and windows and differ inside a window:
+Three modes (:data:`MODES`) share the blocks and windows and differ inside a window:
 
 - ``"window"`` (:func:`epoch_order`): the window's records are shuffled
   among all of its positions, so every rank's share of a batch is drawn from
@@ -23,6 +23,22 @@ Two modes (:data:`MODES`) share the blocks and windows and differ inside a windo
   (records closer together; a batch's global mix still spans the window), and
   the order depends on ``nprocs`` and the batch size (at ``P = 1`` it is the
   ``"window"`` order). It never depends on the variant or the number of readers.
+- ``"elastic"`` (:func:`elastic_order`): the shard order over a fixed number
+  ``C`` of canonical partitions (:data:`DEFAULT_PARTITIONS`) in place of the
+  ranks, as Mosaic streaming's canonical nodes: each batch's positions are
+  cut into ``C`` runs, and in each window the positions of partition c hold
+  a random permutation of its contiguous slice of the window's records. The
+  order depends on ``(n, block, window, seed, epoch)``, the batch size, the
+  last-batch policy and ``C``, never on the rank count, so a job stopped at
+  ``P = 4`` goes on with the same global batches at ``P = 2`` or any P
+  dividing the batch. Where each rank's positions are whole partitions (C at
+  least the batch size, or C dividing the batch size and P dividing C), rank
+  r's records of a window are one run and a node reader reads one run of
+  each window, as in the shard mode (but for the window holding a short last
+  batch, which the ranks split by their count); elsewhere ranks share a
+  partition, and their readers each read its whole run. Partitions beyond
+  the batch size give the batch size's order (each position its own
+  partition).
 
 Last-batch policies (``n`` not a multiple of the batch size):
 
@@ -47,13 +63,19 @@ import numpy as np
 from .errors import ConfigurationError
 
 __all__ = ["POLICIES", "check_count", "DEFAULT_POLICY", "MODES", "epoch_order", "shard_order", "position_ranks",
+           "DEFAULT_PARTITIONS", "elastic_order", "partition_owners",
            "record_windows", "num_batches", "global_batches", "rank_batches", "mean_batch_distance",
            "adjacent_fraction", "mean_share_distance", "position_correlation", "randomness_table",
            "format_table", "mode_table", "format_mode_table"]
 
 POLICIES = ("short", "pad", "drop")
 DEFAULT_POLICY = "short"
-MODES = ("window", "shard")
+MODES = ("window", "shard", "elastic")
+#: Canonical partitions of the ``"elastic"`` order (:func:`elastic_order`) unless asked otherwise:
+#: a node reader's records of a window stay one run (but in the window of a short last batch)
+#: at every rank count dividing 64 (batches of a multiple of 64) or dividing the batch (batches
+#: of 64 or fewer).
+DEFAULT_PARTITIONS = 64
 
 
 def check_count(name: str, value, minimum: int) -> int:
@@ -152,16 +174,71 @@ def shard_order(n: int, block: int, window: int, seed: int, epoch: int, batch_si
     others share the rest. At ``nprocs = 1`` this is :func:`epoch_order`.
     A pure function of all its arguments: every rank computes the same order.
     """
-    order = epoch_order(n, block, window, seed, epoch)
     owner = position_ranks(n, batch_size, nprocs, policy)
+    return _shard_windows(n, block, window, seed, epoch, owner, nprocs)
+
+
+def _shard_windows(n: int, block: int, window: int, seed: int, epoch: int, owner: np.ndarray,
+                   owners: int) -> np.ndarray:
+    """:func:`epoch_order` with each window's positions of owner c (``owner``: one per
+    position, ``owners`` for none) filled with the c-th contiguous slice of the window's
+    records, in a random order."""
+    order = epoch_order(n, block, window, seed, epoch)
     win = record_windows(n, block, window, seed, epoch)[order]    # non-decreasing
-    give = np.flatnonzero(owner < nprocs)
+    give = np.flatnonzero(owner < owners)
     o, w = order[give], win[give]
     # epoch_order's records ranked within (window, owner) are a uniform random bijection of
     # each owner's positions onto its slice; at one owner it gives epoch_order back.
     out = order.copy()
     out[give[np.lexsort((o, owner[give], w))]] = o[np.lexsort((o, w))]
     return out
+
+
+def partition_owners(n: int, batch_size: int, partitions: int,
+                     policy: str = DEFAULT_POLICY) -> np.ndarray:
+    """The canonical partition each position of an epoch belongs to (int64; ``partitions``:
+    none), for :func:`elastic_order`.
+
+    Each batch's positions are cut into ``partitions`` runs in order, as evenly as
+    possible (the first ``slots % partitions`` one longer; empty runs where there are
+    more partitions than positions): the full batches' ``batch_size`` positions, the
+    short last batch's ``n % batch_size`` (``"short"``), a padded one's as a full batch
+    (``"pad"``); a dropped one's positions belong to none. Where ``partitions`` divides
+    ``batch_size`` this is :func:`position_ranks` with ``partitions`` ranks.
+    """
+    _check(n, batch_size, policy)
+    partitions = check_count("partitions", partitions, 1)
+    full, rest = divmod(n, batch_size)
+    out = _runs_of(np.arange(n, dtype=np.int64) % batch_size, batch_size, partitions)
+    tail = out[full * batch_size:]
+    if policy == "drop":
+        tail[:] = partitions
+    elif policy == "short" and rest:
+        tail[:] = _runs_of(np.arange(rest, dtype=np.int64), rest, partitions)
+    return out
+
+
+def _runs_of(slot: np.ndarray, slots: int, runs: int) -> np.ndarray:
+    """The run each of ``slots`` positions (``slot``) falls in when they are cut into ``runs``
+    runs in order, the first ``slots % runs`` one longer."""
+    q, r = divmod(slots, runs)
+    long_end = r * (q + 1)                    # the longer runs end here
+    return np.where(slot < long_end, slot // (q + 1), r + (slot - long_end) // max(q, 1))
+
+
+def elastic_order(n: int, block: int, window: int, seed: int, epoch: int, batch_size: int,
+                  partitions: int = DEFAULT_PARTITIONS,
+                  policy: str = DEFAULT_POLICY) -> np.ndarray:
+    """The ``"elastic"`` mode's order: :func:`shard_order` with ``partitions`` canonical
+    partitions (:func:`partition_owners`) in place of the ranks.
+
+    The blocks and windows are :func:`epoch_order`'s. A pure function of its arguments,
+    none of which is the rank count: every rank count delivers the same global batches
+    (the Reader gives rank r of P the positions ``[r B/P, (r+1) B/P)`` of each). Where
+    ``partitions`` divides ``batch_size`` it is ``shard_order`` at ``nprocs=partitions``.
+    """
+    owner = partition_owners(n, batch_size, partitions, policy)
+    return _shard_windows(n, block, window, seed, epoch, owner, int(partitions))
 
 
 def num_batches(n: int, batch_size: int, policy: str = DEFAULT_POLICY) -> int:
@@ -309,10 +386,11 @@ def randomness_table(n: int, batch_size: int, blocks, windows, seed: int = 0) ->
 
 
 def mode_table(n: int, batch_size: int, blocks, windows, nprocs=(1, 4, 16), seed: int = 0,
-               policy: str = DEFAULT_POLICY) -> list[dict]:
-    """The two shuffle modes side by side: one row per (block, window, nprocs, mode).
+               policy: str = DEFAULT_POLICY, modes=("window", "shard")) -> list[dict]:
+    """Shuffle modes side by side: one row per (block, window, nprocs, mode).
 
-    Columns: ``mode`` (:data:`MODES`), ``nprocs``, ``block``, ``window``,
+    Columns: ``mode`` (of ``modes``, from :data:`MODES`; ``"elastic"`` with
+    :data:`DEFAULT_PARTITIONS`), ``nprocs``, ``block``, ``window``,
     ``records_per_window``, ``mean_distance`` (in a global batch,
     :func:`mean_batch_distance`), ``share_distance`` (in one rank's share,
     :func:`mean_share_distance`), ``adjacent`` (:func:`adjacent_fraction`) and
@@ -323,9 +401,12 @@ def mode_table(n: int, batch_size: int, blocks, windows, nprocs=(1, 4, 16), seed
     for p in nprocs:
         for block in blocks:
             for window in windows:
-                for mode in MODES:
+                for mode in modes:
                     if mode == "window":
                         o0, o1 = (epoch_order(n, block, window, seed, e) for e in (0, 1))
+                    elif mode == "elastic":
+                        o0, o1 = (elastic_order(n, block, window, seed, e, batch_size,
+                                                DEFAULT_PARTITIONS, policy) for e in (0, 1))
                     else:
                         o0, o1 = (shard_order(n, block, window, seed, e, batch_size, p, policy)
                                   for e in (0, 1))
@@ -341,10 +422,10 @@ def mode_table(n: int, batch_size: int, blocks, windows, nprocs=(1, 4, 16), seed
 
 def format_mode_table(rows: list[dict]) -> str:
     """The rows of :func:`mode_table` as a fixed-width text table."""
-    lines = [f"{'mode':>6} {'P':>3} {'block':>6} {'window':>6} {'rec/window':>10} {'mean dist':>10} "
-             f"{'share dist':>10} {'adjacent':>8} {'epoch corr':>10}"]
+    lines = [f"{'mode':>7} {'P':>3} {'block':>6} {'window':>6} {'rec/window':>10} "
+             f"{'mean dist':>10} {'share dist':>10} {'adjacent':>8} {'epoch corr':>10}"]
     for r in rows:
-        lines.append(f"{r['mode']:>6} {r['nprocs']:>3} {r['block']:>6} {r['window']:>6} "
+        lines.append(f"{r['mode']:>7} {r['nprocs']:>3} {r['block']:>6} {r['window']:>6} "
                      f"{r['records_per_window']:>10} {r['mean_distance']:>10.1f} "
                      f"{r['share_distance']:>10.1f} {r['adjacent']:>8.3f} "
                      f"{r['epoch_correlation']:>10.3f}")
@@ -370,5 +451,7 @@ if __name__ == "__main__":  # python -m lmdbio.shuffle [N] [BATCH]: the table fo
     batch = int(sys.argv[2]) if len(sys.argv) > 2 else 256
     print(f"n = {n}, batch = {batch}, seed 0, epochs 0 and 1")
     print(format_table(randomness_table(n, batch, blocks=(16, 64, 256, 1024), windows=(1, 4, 16))))
-    print("\nthe two modes (window: shuffle the whole window; shard: each rank a contiguous slice)")
-    print(format_mode_table(mode_table(n, batch, blocks=(64, 512, 1024), windows=(1, 4, 16))))
+    print("\nthe modes (window: shuffle the whole window; shard: each rank a contiguous slice; "
+          f"elastic: each of {DEFAULT_PARTITIONS} partitions one, at any P)")
+    print(format_mode_table(mode_table(n, batch, blocks=(64, 512, 1024), windows=(1, 4, 16),
+                                       modes=MODES)))

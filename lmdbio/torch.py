@@ -6,6 +6,11 @@
         ds.set_epoch(epoch)                                     # as DistributedSampler
         for images, labels in loader: ...
 
+``ds.state_dict()`` / ``ds.load_state_dict(state)`` are what torchdata's
+``StatefulDataLoader`` calls on an iterable dataset (``loader.state_dict()`` holds the
+dataset's): a job stopped mid-epoch and restarted with the same arguments gets that epoch's
+remaining batches (:meth:`lmdbio.Reader.load_state_dict`), then the next epochs.
+
 Each item is this rank's share of one global batch: ``(images, labels)``
 tensors made with ``torch.from_numpy`` from the decoded batch (no copy), or
 the raw :class:`~lmdbio.batch.Batch` with ``decode=False``. The ranks are
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 from .errors import ConfigurationError
 
-__all__ = ["LmdbDataset"]
+__all__ = ["LmdbDataset", "check_dataset_state"]
 
 _CLASS = None
 
@@ -32,6 +37,21 @@ def _torch():
         raise ImportError("lmdbio.torch needs PyTorch: pip install torch "
                           "(CPU only: --index-url set to the PyTorch CPU wheel index from pytorch.org's install page)") from exc
     return torch
+
+
+def check_dataset_state(state) -> tuple[int, dict | None]:
+    """``(epoch, reader state)`` of an :meth:`LmdbDataset.state_dict` dict, or
+    ConfigurationError saying what is wrong with it (no torch needed)."""
+    if not isinstance(state, dict) or not {"epoch", "reader"} <= state.keys():
+        raise ConfigurationError(f"an LmdbDataset state is a dict with 'epoch' and 'reader' "
+                                 f"(LmdbDataset.state_dict()), got {state!r:.200}")
+    epoch, reader = state["epoch"], state["reader"]
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise ConfigurationError(f"the state's epoch must be an int >= 0, got {epoch!r}")
+    if reader is not None and not isinstance(reader, dict):
+        raise ConfigurationError(f"the state's 'reader' must be None or a dict from "
+                                 f"Reader.state_dict(), got a {type(reader).__name__}")
+    return epoch, reader
 
 
 def _dataset_class():
@@ -59,9 +79,24 @@ def _dataset_class():
             self.comm, self.variant, self.reader_args = comm, variant, reader_args
             self.epoch = 0
             self.reader = None
+            self._resume = None   # a loaded Reader state, until the next iteration applies it
 
         def set_epoch(self, epoch: int) -> None:
             self.epoch = epoch
+
+        def state_dict(self) -> dict:
+            """``{"epoch": set_epoch's epoch, "reader": Reader.state_dict()}`` (plain values,
+            the same on every rank; "reader" is None until the first iteration opens it)."""
+            reader = self._resume
+            if reader is None and self.reader is not None:
+                reader = self.reader.state_dict()
+            return {"epoch": int(self.epoch), "reader": reader}
+
+        def load_state_dict(self, state: dict) -> None:
+            """Resume from :meth:`state_dict`'s dict: the next iteration (every rank's, as
+            StatefulDataLoader makes it) loads the Reader's state, collectively, and yields
+            the batches of its epoch not delivered yet."""
+            self.epoch, self._resume = check_dataset_state(state)
 
         def _open(self):
             from mpi4py import MPI
@@ -88,6 +123,9 @@ def _dataset_class():
         def __iter__(self):
             if self.reader is None:
                 self._open()
+            resume, self._resume = self._resume, None
+            if resume is not None:
+                self.reader.load_state_dict(resume)
             for batch in self.reader.epoch(self.epoch):
                 if not self.decode:
                     yield batch

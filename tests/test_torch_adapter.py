@@ -142,3 +142,13 @@ def test_dataloader_over_mpi_ranks_with_torch_installed(db):
     env = {"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), path) if p)}
     proc = run_mpi("torch_checks.py", 2, db, env=env, timeout=600)
     assert "torch checks: ok" in proc.stdout
+
+
+@pytest.mark.torch
+def test_dataloader_resumes_mid_epoch_with_torch_installed(db):
+    """Installs torch if needed, then tests/mpi/torch_resume.py on 2 ranks (its docstring):
+    LmdbDataset's state_dict / load_state_dict as StatefulDataLoader calls them."""
+    path = torch_path()
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), path) if p)}
+    proc = run_mpi("torch_resume.py", 2, db, env=env, timeout=600)
+    assert "torch resume: ok" in proc.stdout

@@ -44,13 +44,20 @@ class EpochPlan:
             :func:`lmdbio.shuffle.shard_order`, shard then shuffle: each rank draws from its
             own contiguous ``1/P`` of every window (a rank's share spans less of the file,
             and the order depends on the rank count), so a node reader reads one run of
-            ``1/R`` of each window: a file-order epoch's bytes.
+            ``1/R`` of each window: a file-order epoch's bytes. ``"elastic"``:
+            :func:`lmdbio.shuffle.elastic_order`, the shard order over ``partitions``
+            canonical partitions in place of the ranks: the same order at any rank count,
+            and a node reader reads one run of each window where its ranks' positions are
+            whole partitions (``partitions`` at least the batch, or dividing it and divided
+            by the rank count).
         seed: the run's seed (>= 0); epoch ``e``'s order is seeded by ``(seed, e)``.
         block: records per shuffle block (None: :func:`default_block`, the global batches
             whose bytes come nearest below COAL's default 4 MiB request; the same for every
             variant, rank count and node layout, so all of them deliver the same order).
         window: blocks per shuffle window.
         last_batch: ``"short"``, ``"pad"`` or ``"drop"`` (:mod:`lmdbio.shuffle`).
+        partitions: the ``"elastic"`` mode's canonical partitions
+            (:data:`lmdbio.shuffle.DEFAULT_PARTITIONS`).
     """
 
     shuffle: bool | str = False
@@ -58,10 +65,11 @@ class EpochPlan:
     block: int | None = None
     window: int = 4
     last_batch: str = sh.DEFAULT_POLICY
+    partitions: int = sh.DEFAULT_PARTITIONS
 
     @property
     def mode(self) -> str | None:
-        """``"window"``, ``"shard"`` or None (file order)."""
+        """``"window"``, ``"shard"``, ``"elastic"`` or None (file order)."""
         if self.shuffle is True:
             return "window"
         return self.shuffle or None
@@ -71,6 +79,9 @@ class EpochPlan:
         if self.mode == "shard":
             return sh.shard_order(n, block, self.window, self.seed, epoch, batch, nprocs,
                                   self.last_batch)
+        if self.mode == "elastic":
+            return sh.elastic_order(n, block, self.window, self.seed, epoch, batch,
+                                    self.partitions, self.last_batch)
         if self.mode == "window":
             return sh.epoch_order(n, block, self.window, self.seed, epoch)
         return np.arange(n, dtype=np.int64)
@@ -85,7 +96,8 @@ class EpochPlan:
                                      f"{', '.join(map(repr, sh.POLICIES))}, got {self.last_batch!r}")
         # Named as the Reader's arguments are, which is where users set them.
         for name, arg, minimum in (("seed", "seed", 0), ("window", "shuffle_window", 1),
-                                   ("block", "shuffle_block", 1)):
+                                   ("block", "shuffle_block", 1),
+                                   ("partitions", "shuffle_partitions", 1)):
             if name != "block" or self.block is not None:
                 label = arg if arg == name else f"{arg} (EpochPlan.{name})"
                 sh.check_count(label, getattr(self, name), minimum)

@@ -6,6 +6,11 @@ at or after the next batch (:meth:`Iteration.next_start`), reads its own rows
 (:class:`~lmdbio.plan.EpochSchedule`), and however many of its batches were taken, the
 stream goes on after its last row. The Iteration holds all of that; the Pipeline is told
 which schedule each read is of, and keeps no epoch state of its own beyond its window.
+
+A Reader's saved state (:meth:`lmdbio.Reader.state_dict`) is :meth:`Iteration.position`:
+an epoch and how many of its batches were delivered. A state loaded into a new Reader is
+:attr:`Iteration.resume` until that epoch starts; it then starts ``skip`` batches in
+(:meth:`Iteration.begin`), on the chunk that holds its next batch.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ __all__ = ["Iteration", "LiveEpoch"]
 
 @dataclass
 class LiveEpoch:
-    """An epoch whose iterator is alive: its number, rows, schedule and first batch."""
+    """An epoch whose iterator is alive: its number, rows, schedule and first batch, and its
+    batches delivered (those a resumed state had delivered included)."""
 
     token: object
     number: int
@@ -40,6 +46,8 @@ class Iteration:
         self.live: LiveEpoch | None = None
         self.prefetch = None   # the live epoch's Prefetch (None without read-ahead)
         self.last: tuple[int, int] | None = None   # (epoch, batches taken) of the last epoch
+        #: (epoch, batches delivered) of a loaded state, until that epoch starts.
+        self.resume: tuple[int, int] | None = None
 
     @property
     def schedule(self) -> Stream | EpochSchedule:
@@ -52,11 +60,23 @@ class Iteration:
         return -(-self.t // k) * k
 
     def begin(self, token, number: int, rows: EpochRows, schedule: EpochSchedule, t0: int,
-              prefetch=None) -> None:
-        """Epoch ``number`` is live from batch ``t0`` (a chunk boundary) on."""
-        self.live = LiveEpoch(token, int(number), rows, schedule, t0)
-        self.t = t0
+              prefetch=None, skip: int = 0) -> None:
+        """Epoch ``number`` is live from batch ``t0`` (a chunk boundary) on; its first ``skip``
+        batches were delivered before (a resumed state), so reading starts at ``t0 + skip``."""
+        self.live = LiveEpoch(token, int(number), rows, schedule, t0, int(skip))
+        self.t = t0 + int(skip)
         self.prefetch = prefetch
+        self.resume = None
+
+    def position(self, epoch: int) -> tuple[int, int]:
+        """``(epoch, batches delivered of it)`` where this Reader is: the live epoch's, else a
+        loaded state's not resumed yet, else the last epoch's; ``(epoch, 0)`` before any."""
+        if self.live is not None:
+            return self.live.number, self.live.taken
+        for point in (self.resume, self.last):
+            if point is not None:
+                return point
+        return int(epoch), 0
 
     def is_live(self, token) -> bool:
         return self.live is not None and self.live.token is token
