@@ -20,6 +20,7 @@ io) controller charged on S.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,8 @@ __all__ = ["Storage", "parse_storage", "pfs_counters", "PFS_COLUMNS", "reads_sid
            "s_counter_table"]
 
 #: Storage-model counters added to points.csv and summary.csv on a PFS sweep.
-PFS_COLUMNS = ("pfs_requests", "pfs_bytes", "pfs_mean_request_bytes", "pfs_queue_wait_s")
+PFS_COLUMNS = ("pfs_requests", "pfs_bytes", "pfs_mean_request_bytes", "pfs_queue_wait_s", "pfs_pieces",
+               "pfs_seeks")
 
 
 def parse_storage(text: str | None) -> tuple[str, str | None]:
@@ -193,7 +195,8 @@ def _num(d: dict, *names, default=0.0) -> float:
 
 
 def pfs_counters(stats: dict | None) -> dict:
-    """The model's totals (requests, bytes, queue wait) from ``Mount.stats()``; {} without stats."""
+    """The model's totals (requests, bytes, queue wait; the targets' pieces and seeks) from
+    ``Mount.stats()``; {} without stats."""
     if not stats:
         return {}
     stats = stats.get("counters", stats)
@@ -204,7 +207,9 @@ def pfs_counters(stats: dict | None) -> dict:
                "bytes": sum(_num(n, "bytes") for n in nodes),
                "queue_wait_s": sum(_num(n, "queue_wait_s", "queue_wait") for n in nodes)}
     return {"pfs_requests": _num(src, "requests"), "pfs_bytes": _num(src, "bytes"),
-            "pfs_queue_wait_s": _num(src, "queue_wait_s", "queue_wait")}
+            "pfs_queue_wait_s": _num(src, "queue_wait_s", "queue_wait"),
+            "pfs_pieces": _num(src, "pieces", default=math.nan),
+            "pfs_seeks": _num(src, "seeks", default=math.nan)}
 
 
 def counter_delta(before: dict, after: dict) -> dict:

@@ -22,6 +22,7 @@ SUMMARY_COLUMNS = (
     "wall_s", "records", "record_bytes", "cpu_s", "read_s", "compute_s", "comm_s", "wait_s", "au",
     "resident_fraction", "file_resident_fraction", "start_resident_fraction", "evict_ok",
     "pfs_requests", "pfs_bytes", "pfs_mean_request_bytes", "pfs_queue_wait_s",
+    "pfs_pieces", "pfs_seeks",
     "prov_check", "prov_check_s", "prov_verify_s",
     "variant_reason", "error",
 )
@@ -108,7 +109,8 @@ def summarize(points_df):
             epoch_records_per_s=first["records"] / (setup + wall) if setup + wall > 0 else math.nan,
         )
         for col in ("resident_fraction", "file_resident_fraction", "start_resident_fraction",
-                    "pfs_requests", "pfs_bytes", "pfs_mean_request_bytes", "pfs_queue_wait_s"):
+                    "pfs_requests", "pfs_bytes", "pfs_mean_request_bytes", "pfs_queue_wait_s",
+                    "pfs_pieces", "pfs_seeks"):
             row[col] = first.get(col, math.nan)
         row["evict_ok"] = first.get("evict_ok", True)
         row.update(_prov_check(g), prov_verify_s=first.get("prov_verify_s", math.nan))
