@@ -472,6 +472,9 @@ def test_sweep_on_an_emulated_pfs_adds_model_counters(db_mid, tmp_path):
     # readahead after the warmup batches fetched already); warm: nothing did.
     assert (cold["pfs_requests"] > 0).all() and (cold["pfs_bytes"] > 0).all()
     assert (cold["pfs_mean_request_bytes"] > 0).all()
+    # The targets' side: a request is one or more pieces (stripes), a seek happens per piece at most.
+    assert (cold["pfs_pieces"] >= cold["pfs_requests"]).all(), cold["pfs_pieces"].tolist()
+    assert ((cold["pfs_seeks"] >= 0) & (cold["pfs_seeks"] <= cold["pfs_pieces"])).all()
     # Warm: served from the page cache. Alone this is 0 requests every time (cold: 14-30); once
     # in a full-suite run one warm repeat made 6 (cause not found yet), so the check is that warm
     # makes fewer requests than any cold repeat, and resident_fraction below says it was cached.
