@@ -84,22 +84,23 @@ $(DATA)/imagenet/data.mdb: | venv
 
 datasets: $(DATA)/cifar10/data.mdb $(DATA)/imagenet/data.mdb
 
-# Every notebook in order at the default scale on local MPI engines:
-# results to data/results/, figures to figures/, executed copies to build/.
+# Every notebook in order at the default scale on local MPI engines: --committed writes the
+# results to data/results/ and the figures to figures/ (without it a notebook writes
+# build/scratch/NN/); executed copies to build/.
 # Then the claims C1-C8 are judged from every results file: data/results/claims.csv and the
 # table in figures/README.md.
 reproduce: venv datasets
 	$(LMDBIO) model calibrate --out data/results/model_calibration --quiet
 	$(LMDBIO) model predict --platform bebop --out data/results/model_prediction
 	$(LMDBIO) model absolute --platform bebop --out data/results/model_prediction/absolute.csv
-	$(BIN)/python -m lmdbio.lab.notebook_runner --scale $(SCALE) --cluster $(CLUSTER) --model-ready --out build/notebooks
+	$(BIN)/python -m lmdbio.lab.notebook_runner --scale $(SCALE) --cluster $(CLUSTER) --model-ready --committed --out build/notebooks
 	$(BIN)/python -m lmdbio.lab.claims
 
 # Replot every figure from the committed results (RUN=False), no MPI; first every NN_name/shared/
 # from the bench-shared sweep in data/results/shared/ (lmdbio.lab.claims.shared_results).
 figures: venv
 	$(BIN)/python -m lmdbio.lab.claims --shared-only
-	$(BIN)/python -m lmdbio.lab.notebook_runner --replot --jobs 2 --out build/figures-notebooks
+	$(BIN)/python -m lmdbio.lab.notebook_runner --replot --committed --jobs 2 --out build/figures-notebooks
 	$(BIN)/python -m lmdbio.lab.claims
 
 # The notebooks are the source, committed stripped (nbstripout, with lmdbio's settings):

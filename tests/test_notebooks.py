@@ -43,10 +43,10 @@ def engine_noise(nb_path: Path) -> list[str]:
 
 
 def _figures(nb_path: Path) -> list[str]:
-    """Figure names a notebook saves: plots.save(fig, "NAME", ...)."""
+    """Figure names a notebook saves: save_figure(fig, "NAME", ...) or plots.save(fig, "NAME", ...)."""
     nb = nbformat.read(nb_path, as_version=4)
     src = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    return re.findall(r'plots\.save\(fig, "([^"]+)"', src)
+    return re.findall(r'(?:save_figure|plots\.save)\(fig, "([^"]+)"', src)
 
 
 def test_all_notebooks_present_in_order():
@@ -184,7 +184,7 @@ def test_replot_from_committed_results_without_mpi(tmp_path):
     if not any(results.glob("*/meta.json")):
         pytest.skip("no committed results yet")
     before = (results / "claims.csv").read_text()
-    # Two at a time, as `make figures` does: each rewrites claims.csv (atomically, the same rows).
+    # Two at a time, as `make figures` does; a replot (RUN=False) never rewrites claims.csv.
     run_notebooks("default", tmp_path / "out", run=False, results_root=results, jobs=2,
                   figures_root=tmp_path / "figures", datasets_root=tmp_path / "datasets")
     assert (results / "claims.csv").read_text() == before, "replotting changed the committed verdicts"

@@ -1062,13 +1062,19 @@ def render(df: pd.DataFrame, ids=None) -> str:
     return "\n".join(lines)
 
 
-def show(results_root, ids):
-    """A notebook's closing cell: rewrite claims.csv, then show its claims' rows as Markdown."""
+def show(results_root, ids, *, rewrite: bool = True):
+    """A notebook's closing cell: judge every claim, show its claims' rows as Markdown.
+
+    ``rewrite`` (the notebook's ``RUN``) also writes ``results_root/claims.csv``;
+    a replot writes nothing.
+    """
     from IPython.display import Markdown, display
 
-    df = write(results_root)
+    df = write(results_root) if rewrite else evaluate(results_root)
     rows = df[df["claim"].isin(_ids(ids))]
-    display(Markdown(f"## Verdicts (from `{Path(results_root).name}/claims.csv`)\n\n" + render(rows)))
+    name = Path(results_root).name
+    where = f"`{name}/claims.csv`" if rewrite else f"the results in `{name}/`"
+    display(Markdown(f"## Verdicts (from {where})\n\n" + render(rows)))
     return rows
 
 

@@ -366,7 +366,7 @@ def prov_model_table(path: str | os.PathLike, commit_every: int | None = 1000):
                          "commit_every": commit_every or 0, "record_bytes": rec, "key_bytes": key})
 
 
-# --- the three settings of a claim notebook: local disk, emulated GPFS, the model --------------
+# --- the settings of a claim notebook: local disk, emulated GPFS, throttled, shared, the model-----------
 
 #: Set to 1 to run the notebooks as on a machine without FUSE (their GPFS panels are replotted).
 NO_PFS_ENV = "LMDBIO_NO_PFS"

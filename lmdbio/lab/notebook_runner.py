@@ -1,13 +1,17 @@
-"""Run the notebooks in order with papermill; results-file helpers the notebooks share.
+"""Run the notebooks in order with papermill; where they write, and results-file helpers they share.
 
-    python -m lmdbio.lab.notebook_runner --scale default --out build/notebooks
-    python -m lmdbio.lab.notebook_runner --replot --out build/replot     # RUN=False: figures only
+    python -m lmdbio.lab.notebook_runner --committed --scale default --out build/notebooks
+    python -m lmdbio.lab.notebook_runner --committed --replot --out build/replot   # RUN=False
+    python -m lmdbio.lab.notebook_runner --scale tiny --only 00 01 --out /tmp/nb   # build/scratch/
     python -m lmdbio.lab.notebook_runner --scale tiny --only 00 01 --out /tmp/nb \\
         --results-root /tmp/r --figures-root /tmp/f --datasets-root /tmp/d
 
-Each notebook gets the papermill parameters ``scale``, ``RUN``,
-``results_root``, ``figures_root`` and ``datasets_root`` (absolute paths),
-and runs with ``notebooks/`` as its working directory.
+Each notebook gets the papermill parameters ``scale`` and ``RUN``, and
+``results_root``, ``figures_root`` and ``datasets_root`` (absolute paths)
+where they are given, and runs with ``notebooks/`` as its working directory.
+A root not given is the notebook's own choice (:func:`workspace`): a run
+writes to ``build/scratch/NN/``, a replot writes nothing. ``--committed``
+names ``data/results`` and ``figures``: ``make reproduce`` and ``make figures``.
 """
 
 from __future__ import annotations
@@ -19,15 +23,24 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from lmdbio.metrics import host_meta, write_results_meta
-from .scales import CLUSTER_ENV, REPO, SCALES as _SCALES
+from .scales import CLUSTER_ENV, COMMITTED_RESULTS, REPO, SCALES as _SCALES
 
 __all__ = ["REPO", "NOTEBOOKS", "notebooks", "run_notebooks", "save_results", "host_meta",
-           "results_dir", "strip", "unstripped", "STRIP_EXTRA_KEYS", "main"]
+           "results_dir", "strip", "unstripped", "STRIP_EXTRA_KEYS", "SCRATCH", "COMMITTED_FIGURES",
+           "DATASETS", "Workspace", "workspace", "save_figure", "main"]
 
 NOTEBOOKS = REPO / "notebooks"
 SCALES = tuple(_SCALES)
+#: Where a notebook run writes when it is given no results or figures root: ``SCRATCH/NN/``
+#: (``build/`` is ignored by git).
+SCRATCH = REPO / "build" / "scratch"
+#: The figures committed with the repository (``make reproduce`` and ``make figures`` write them).
+COMMITTED_FIGURES = REPO / "figures"
+#: The default scale's datasets (``make datasets``); another scale's are in ``DATASETS/<scale>``.
+DATASETS = REPO / "data" / "datasets"
 
 
 def notebooks(only: list[str] | None = None, root: Path = NOTEBOOKS) -> list[Path]:
@@ -88,6 +101,69 @@ def _strip_files(paths: list[Path], check: bool) -> int:
     return 0
 
 
+class Workspace(NamedTuple):
+    """Where a notebook reads and writes (:func:`workspace`); ``figures_root`` None: save none."""
+
+    results_root: Path
+    figures_root: Path | None
+    datasets_root: Path
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def workspace(notebook: str, scale: str, run: bool, results_root: str | os.PathLike | None = None,
+              figures_root: str | os.PathLike | None = None,
+              datasets_root: str | os.PathLike | None = None) -> Workspace:
+    """Where a notebook reads and writes: a root that is given is used as given.
+
+    A root left at None (a run from JupyterLab: papermill injects nothing):
+
+    - ``run`` True: results go to ``build/scratch/NN/results``, figures to
+      ``build/scratch/NN/figures``, never over ``data/results/`` or ``figures/``;
+      what the run does not measure is read from the committed results, as
+      :func:`lmdbio.lab.claims.resolve` does for every setting;
+    - ``run`` False: the committed ``data/results`` are read and nothing is
+      written: ``figures_root`` is None (:func:`save_figure` saves nothing; the
+      figures are shown), and the closing cell does not rewrite ``claims.csv``;
+    - datasets: ``data/datasets`` at the default scale (what ``make datasets``
+      makes), ``data/datasets/<scale>`` at the others, so a tiny run never
+      replaces the default datasets.
+
+    ``make reproduce`` and ``make figures`` give ``data/results`` and ``figures``
+    (``--committed``). Prints one line saying where this run reads and writes.
+    """
+    scratch = SCRATCH / notebook[:2]
+    given = {"results": results_root is not None, "figures": figures_root is not None}
+    results = Path(results_root if given["results"] else scratch / "results" if run else COMMITTED_RESULTS)
+    figures = (Path(figures_root) if given["figures"] else scratch / "figures" if run else None)
+    if datasets_root is not None:
+        datasets = Path(datasets_root)
+    else:
+        datasets = DATASETS if scale == "default" else DATASETS / scale
+    results, datasets = results.resolve(), datasets.resolve()
+    figures = figures.resolve() if figures is not None else None
+    if run:
+        print(f"RUN = True: results go to {_shown(results)}/, figures to {_shown(figures)}/"
+              + ("" if given["results"] else "; settings this run does not measure are read from "
+                 "data/results/"))
+    else:
+        print(f"RUN = False: replotting the results in {_shown(results)}/; "
+              + (f"figures go to {_shown(figures)}/" if figures is not None else "nothing is written"))
+    return Workspace(results, figures, datasets)
+
+
+def save_figure(fig, name: str, figures_root: str | os.PathLike | None) -> list[Path]:
+    """Write ``figures_root/name.png`` and ``.svg`` (:func:`lmdbio.lab.plots.save`); with
+    ``figures_root`` None (:func:`workspace` of a replot) write nothing: the figure is only shown."""
+    if figures_root is None:
+        return []
+    from .plots import save
+
+    return save(fig, name, figures_root)
+
+
 def results_dir(results_root: str | os.PathLike, name: str) -> Path:
     """``results_root/name``, created."""
     d = Path(results_root) / name
@@ -118,8 +194,13 @@ def run_notebooks(scale: str = "default", out: str | os.PathLike = "build/notebo
                   datasets_root: str | os.PathLike | None = None,
                   extra: dict | None = None, timeout: int | None = None,
                   progress: bool = False, cluster: str | None = None,
-                  jobs: int = 1) -> list[dict]:
+                  jobs: int = 1, committed: bool = False) -> list[dict]:
     """Execute the notebooks in order; returns one ``{"notebook", "seconds", "ok"}`` per notebook.
+
+    Each root given is passed to every notebook; one not given is left to the
+    notebook (:func:`workspace`: ``build/scratch/NN/`` for a run, nothing
+    written by a replot). ``committed`` gives ``data/results`` and ``figures``
+    where ``results_root`` and ``figures_root`` are not given.
 
     ``jobs`` > 1 replots (``run=False`` only) that many notebooks side by side:
     they read results and write their own figures. Measuring notebooks always
@@ -139,13 +220,12 @@ def run_notebooks(scale: str = "default", out: str | os.PathLike = "build/notebo
         raise ValueError("jobs > 1 replots side by side; measuring notebooks (run=True) run one at a time")
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    params = {
-        "scale": scale, "RUN": run,
-        "results_root": str(Path(results_root or REPO / "data" / "results").resolve()),
-        "figures_root": str(Path(figures_root or REPO / "figures").resolve()),
-        "datasets_root": str(Path(datasets_root or REPO / "data" / "datasets").resolve()),
-        **(extra or {}),
-    }
+    if committed:
+        results_root = results_root or COMMITTED_RESULTS
+        figures_root = figures_root or COMMITTED_FIGURES
+    roots = {"results_root": results_root, "figures_root": figures_root, "datasets_root": datasets_root}
+    params = {"scale": scale, "RUN": run,
+              **{k: str(Path(v).resolve()) for k, v in roots.items() if v is not None}, **(extra or {})}
     # The engines' mpiexec and python come from this interpreter's environment.
     env_path = str(Path(sys.executable).parent)
     if env_path not in os.environ.get("PATH", "").split(os.pathsep):
@@ -206,9 +286,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replot", action="store_true",
                    help="RUN=False: only replot figures from the results files (no MPI)")
     p.add_argument("--only", nargs="*", help="notebook numbers or names, e.g. 00 09_scaling")
-    p.add_argument("--results-root", help="default: data/results")
-    p.add_argument("--figures-root", help="default: figures")
-    p.add_argument("--datasets-root", help="default: data/datasets")
+    p.add_argument("--committed", action="store_true",
+                   help="write the committed data/results/ and figures/ (make reproduce, make figures); "
+                        "without it, and without --results-root/--figures-root, each notebook writes "
+                        "build/scratch/NN/ (RUN=True) or nothing (--replot)")
+    p.add_argument("--results-root", help="default: data/results with --committed, else the notebook's")
+    p.add_argument("--figures-root", help="default: figures with --committed, else the notebook's")
+    p.add_argument("--datasets-root",
+                   help="default: data/datasets at the default scale, else data/datasets/SCALE")
     p.add_argument("--timeout", type=int, default=None, help="seconds per cell (default: none)")
     p.add_argument("--jobs", type=int, default=1, help="with --replot: notebooks replotted side by side")
     p.add_argument("--cluster", choices=["mpi", "slurm"], default=None,
@@ -223,12 +308,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.strip or args.check_stripped:
         return _strip_files(notebooks(args.only), check=args.check_stripped)
+    if args.model_ready and not (args.committed or args.results_root):
+        p.error("--model-ready shows the model results in the results root: "
+                "give --committed or --results-root")
     t0 = time.monotonic()
     try:
         done = run_notebooks(args.scale, args.out, run=not args.replot, only=args.only,
                              results_root=args.results_root, figures_root=args.figures_root,
                              datasets_root=args.datasets_root, timeout=args.timeout,
-                             cluster=args.cluster, jobs=args.jobs,
+                             cluster=args.cluster, jobs=args.jobs, committed=args.committed,
                              extra={"model_ready": True} if args.model_ready else None)
     except Exception as exc:
         print(f"[notebooks] stopped: {type(exc).__name__}: {str(exc)[:2000]}", file=sys.stderr)
