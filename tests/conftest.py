@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 
 from lmdbio.lab.cluster import mpiexec
+import storage_helpers
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The device-setting tests' check that a test leaves no loop device, mount, cgroup or rule.
+nothing_left = storage_helpers.nothing_left
 
 # Tests never write the user's cache (lmdbio.verified's stamps): from import on, module and
 # session fixtures too use a private one; each test gets its own (``_private_cache``).

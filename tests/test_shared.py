@@ -19,35 +19,17 @@ from pathlib import Path
 
 import pytest
 
+from lmdbio.errors import ConfigurationError
+from lmdbio.lab.storage import devices as dv
 from lmdbio.lab.storage import shared as sh
 
-ROOT = Path(__file__).resolve().parents[1]
+from storage_helpers import bench_sweep, everything, kill_holder, parts, present
+
 OK, WHY = sh.shared_available()
 needs_device = pytest.mark.skipif(not OK, reason=f"no shared storage target here: {WHY}")
 #: Fixed budget of the timing check: 16 MiB of file per node read in about 0.8 s alone.
 BPS, IOPS = 20_000_000, 100_000
 FILE_BYTES = 16 << 20
-
-
-def leftovers() -> dict:
-    out = sh._leftovers()
-    out["rules"] = sh.v1_rules() if os.path.isdir(sh.V1_ROOT) else {}
-    return out
-
-
-@pytest.fixture
-def nothing_left():
-    """Every test leaves no loop device, mount, cgroup or blkio rule of its own."""
-    before = leftovers()
-    yield
-    deadline = time.monotonic() + 20    # a janitor may still be at work
-    while True:
-        after = leftovers()
-        new = {k: sorted(set(after[k]) - set(before[k])) for k in after}
-        if not any(new.values()) or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert not any(new.values()), f"left behind: {new}"
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +71,7 @@ def test_profiles_are_sourced_ranged_and_scale_with_the_run():
     fast = sh.load_shared_profile("gpfs-2017", time_scale=0.5).limits(16)
     assert fast[0] == pytest.approx(2 * sixteen[0], rel=1e-6)
     assert fast[0] / fast[1] == pytest.approx(sixteen[0] / sixteen[1], rel=1e-2)  # k keeps the ratio
-    with pytest.raises(sh.ConfigurationError, match="unknown shared-storage profile"):
+    with pytest.raises(ConfigurationError, match="unknown shared-storage profile"):
         sh.load_shared_profile("nfs")
 
 
@@ -97,19 +79,27 @@ def test_time_scale_from_the_environment(monkeypatch):
     monkeypatch.setenv(sh.SHARED_TIME_SCALE_ENV, "2")
     assert sh.load_shared_profile("gpfs-2017").time_scale == 2.0
     monkeypatch.setenv(sh.SHARED_TIME_SCALE_ENV, "fast")
-    with pytest.raises(sh.ConfigurationError, match=sh.SHARED_TIME_SCALE_ENV):
+    with pytest.raises(ConfigurationError, match=sh.SHARED_TIME_SCALE_ENV):
         sh.load_shared_profile("gpfs-2017")
 
 
-def test_cgroup_v2_rule_is_one_io_max(tmp_path):
-    """The v2 backend's rule (written here into a folder standing in for the cgroup)."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_s_rule_is_one_rule_in_either_cgroup_version(tmp_path, version):
+    """S's rule as each backend writes it (folders stand in for the root and S's cgroup): v1, the
+    two blkio.throttle rules in the root; v2, one io.max in S's cgroup."""
     cg = tmp_path / "cg"
     cg.mkdir()
     st = {"state_file": str(tmp_path / "state.json"), "s_majmin": "7:3",
-          "rule": {"version": 2, "root": str(tmp_path), "cgroup": str(cg), "enabled": []},
+          "rule": {"version": version, "root": str(tmp_path),
+                   "cgroup": str(cg) if version == 2 else None, "enabled": []},
           "limits": {}}
     sh.set_budget(st, 5_000_000, 300)
-    assert (cg / "io.max").read_text() == "7:3 rbps=5000000 riops=300"
+    if version == 1:
+        assert sh.v1_rules(str(tmp_path)) == {"7:3": (5_000_000, 300)}
+        assert list(cg.iterdir()) == []
+    else:
+        assert (cg / "io.max").read_text() == "7:3 rbps=5000000 riops=300"
+        assert sh.v1_rules(str(tmp_path)) == {}
     assert json.loads(Path(st["state_file"]).read_text())["limits"]["read_iops"] == 300
     with pytest.raises(ValueError, match="positive"):
         sh.set_budget(st, 0, 300)
@@ -148,7 +138,7 @@ def test_two_nodes_share_one_budget_and_cache_apart(src, nothing_left):
         if rule["version"] == 1:
             assert sh.v1_rules()[s.s_majmin] == (BPS, IOPS)
             for dev in s.devices:                      # the nodes carry no rule of their own
-                assert sh._majmin(dev) not in sh.v1_rules()
+                assert dv.majmin(dev) not in sh.v1_rules()
         else:
             assert Path(rule["cgroup"], "io.max").read_text().split()[:1] == [s.s_majmin]
             s.join()
@@ -182,11 +172,11 @@ def test_two_nodes_share_one_budget_and_cache_apart(src, nothing_left):
 def test_nothing_stays_after_an_exception(src, nothing_left):
     with pytest.raises(RuntimeError, match="inside"):
         with sh.shared(src, nodes=2) as s:
-            state = dict(s._state)
-            assert sh.v1_rules().get(s.s_majmin) or s._state["rule"]["version"] == 2
+            info = parts(s._state)
+            assert present(info) == everything(info)
+            assert info["rule"] or len(info["cgroups"]) == 1    # v1: S's rule; v2: its cgroup
             raise RuntimeError("inside the block")
-    assert not os.path.exists(state["workdir"])
-    assert s.s_majmin not in sh.v1_rules()
+    assert present(info) == []
     assert sh.SHARED_STATE_ENV not in os.environ
 
 
@@ -195,32 +185,11 @@ def test_nothing_stays_after_an_exception(src, nothing_left):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_nothing_stays_after_the_holder_is_killed(src, nothing_left, sig):
     """SIGTERM: the handler raises and finally cleans up; SIGKILL: the janitor does."""
-    code = ("import json, time; from lmdbio.lab.storage.shared import shared\n"
+    code = ("import time; from lmdbio.lab.storage.shared import shared\n"
             f"with shared({str(src)!r}, nodes=2) as s:\n"
-            "    print(json.dumps(dict(workdir=s.state_file.rsplit('/', 1)[0], s=s.s_majmin)),"
-            " flush=True)\n"
+            "    print(s.state_file, flush=True)\n"
             "    time.sleep(120)\n")
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
-    info = None
-    try:
-        info = json.loads(p.stdout.readline())
-        assert os.path.isdir(info["workdir"])
-        assert any(info["workdir"] in m for m in sh._mount_points())
-        p.send_signal(sig)
-        p.wait(timeout=30)
-        deadline = time.monotonic() + 20
-        while (os.path.exists(info["workdir"]) or info["s"] in sh.v1_rules()) \
-                and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not os.path.exists(info["workdir"])
-        assert info["s"] not in sh.v1_rules()
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        if info is not None:
-            sh.cleanup(os.path.join(info["workdir"], "state.json"))
+    kill_holder(code, sig, sh.cleanup)
 
 
 @needs_device
@@ -228,20 +197,11 @@ def test_nothing_stays_after_the_holder_is_killed(src, nothing_left, sig):
 @pytest.mark.mpi
 def test_bench_sweep_on_the_shared_target(tmp_path, nothing_left):
     """``lmdbio bench --storage shared:PROFILE``: 2 virtual nodes, S's budget and counters per point."""
-    from lmdbio.lab import bench
     from lmdbio.lab.bench.settings import s_counter_table
     from lmdbio.datasets import make_dataset
 
     ds = make_dataset(tmp_path / "ds", "cifar10", 300, commit_every=100, seed=3)
-    pts = bench.make_points([str(ds)], ["lmdbio-lmm-dio"], [2], ["cold"], 16, 3,
-                            ranks_per_node=1, storage="shared:gpfs-2017", baselines=False)
-    s = bench.run_sweep(pts, tmp_path / "out", progress=False)
-    assert (s["status"] == "ok").all(), s["error"].tolist()
-    assert set(s["storage"]) == {"shared:gpfs-2017"}
-    assert (s["pfs_requests"] > 0).all() and (s["pfs_bytes"] > 0).all()   # the timed reads hit S
-    assert (s["resident_fraction"] <= 0.05).all()
-    meta = json.loads((tmp_path / "out" / "meta.json").read_text())
-    assert meta["config"]["pfs"]["kind"] == "shared"
+    bench_sweep(ds, "shared:gpfs-2017", tmp_path / "out")
     t = s_counter_table(tmp_path / "out" / "points.csv")
     assert (t["point_s_bytes"] >= t["timed_s_bytes"]).all() and (t["timed_s_bytes"] > 0).all()
     # the point set S's budget for its own 2 ranks

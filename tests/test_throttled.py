@@ -6,59 +6,24 @@ loop devices, no blkio/io controller, no mkfs.ext4). No test asserts on time.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from lmdbio import metrics
+from lmdbio.lab.storage import devices as dv
 from lmdbio.lab.storage import throttle as th
 
 from conftest import run_mpi
+from storage_helpers import bench_sweep, everything, kill_holder, parts, present
 
 ROOT = Path(__file__).resolve().parents[1]
 OK, WHY = th.throttle_available()
 needs_device = pytest.mark.skipif(not OK, reason=f"no throttled device here: {WHY}")
-
-
-def _loop_lines() -> set[str]:
-    r = subprocess.run(["losetup", "-a"], capture_output=True, text=True)
-    return {line for line in r.stdout.splitlines() if "lmdbio-throttle-" in line}
-
-
-def _our_cgroups() -> set[str]:
-    ctl, _ = th._controller()
-    if ctl is None:
-        return set()
-    return {p.name for p in Path(ctl.root).iterdir() if p.name.startswith("lmdbio-")}
-
-
-def _our_mounts() -> set[str]:
-    return {m for m in th._mount_points() if "lmdbio-throttle-" in m}
-
-
-def leftovers() -> tuple[set, set, set]:
-    return _loop_lines(), _our_mounts(), _our_cgroups()
-
-
-@pytest.fixture
-def nothing_left():
-    """Every test leaves no loop device, mount or cgroup of its own."""
-    before = leftovers()
-    yield
-    deadline = time.monotonic() + 20    # a janitor may still be at work
-    while True:
-        after = leftovers()
-        new = [a - b for a, b in zip(after, before)]
-        if not any(new) or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert not any(new), f"left behind (loop devices, mounts, cgroups): {new}"
 
 
 @pytest.fixture(scope="module")
@@ -67,24 +32,6 @@ def src(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("thr_src")
     return make_dataset(root / "ds", "cifar10", 300, commit_every=100, seed=3)
-
-
-def _present(info: dict) -> list[str]:
-    """What of a device (its info dict) exists."""
-    left = []
-    if any(info["image"] in line for line in _loop_lines()):
-        left.append("loop device")
-    if any(m.startswith(info["mnt"]) for m in th._mount_points()):
-        left.append("mount")
-    left += [c for c in info["cgroups"] if os.path.isdir(c)]
-    if os.path.exists(info["workdir"]):
-        left.append("workdir")
-    return left
-
-
-def _info(t) -> dict:
-    return {"image": t.image, "mnt": t.mnt, "cgroups": t.cgroups + [str(Path(t.cgroups[0]).parent)],
-            "workdir": str(Path(t.state_file).parent), "devices": t.devices}
 
 
 # --- without a device -------------------------------------------------------------------------
@@ -118,6 +65,25 @@ def test_unavailable_is_one_line_saying_why(monkeypatch, src):
     if os.path.exists("/dev/loop-control"):
         ok, why = th.throttle_available()
         assert not ok and "mkfs.ext4" in why and "e2fsprogs" in why
+
+
+def test_node_rules_and_counters_in_cgroup_v1_and_v2(tmp_path):
+    """Each backend's per-node rule and served counters (a folder stands in for the node's cgroup):
+    v1 blkio.throttle files, v2 io.max and io.stat."""
+    cg = tmp_path / "node0"
+    cg.mkdir()
+    v1, v2 = dv.controller_for(1, str(tmp_path)), dv.controller_for(2, str(tmp_path))
+    v1.limit(str(cg), "7:3", 5_000_000, 300)
+    assert (cg / "blkio.throttle.read_bps_device").read_text() == "7:3 5000000"
+    assert (cg / "blkio.throttle.read_iops_device").read_text() == "7:3 300"
+    assert not (cg / "io.max").exists()
+    (cg / "blkio.throttle.io_service_bytes").write_text("7:30 Read 1\n7:3 Read 8192\n7:3 Write 5\n")
+    (cg / "blkio.throttle.io_serviced").write_text("7:3 Read 2\n7:3 Write 1\n")
+    assert v1.served(str(cg), "7:3") == (8192, 2)
+    v2.limit(str(cg), "7:3", 5_000_000, 300)
+    assert (cg / "io.max").read_text() == "7:3 rbps=5000000 riops=300"
+    (cg / "io.stat").write_text("7:30 rbytes=1 rios=1\n7:3 rbytes=4096 wbytes=5 rios=1 wios=1\n")
+    assert v2.served(str(cg), "7:3") == (4096, 1)
 
 
 def test_bench_parses_throttle_storage():
@@ -170,7 +136,7 @@ def test_the_throttle_is_in_force(src, nothing_left):
     size = os.path.getsize(src / "data.mdb")
     with th.throttled(src, nodes=2, profile="gpfs-2017", ranks_per_node=2) as t:
         for dev, cg in zip(t.devices, t.cgroups):
-            majmin = th._majmin(dev)
+            majmin = dv.majmin(dev)
             if t._state["cgroups"]["version"] == 1:
                 lim = Path(cg, "blkio.throttle.read_bps_device").read_text().split()
                 assert lim == [majmin, str(t.read_bps)]
@@ -217,11 +183,12 @@ def test_reader_reads_the_source_records_through_node_devices(src, nothing_left)
 def test_nothing_stays_after_an_exception(src, nothing_left):
     with pytest.raises(RuntimeError, match="inside"):
         with th.throttled(src, nodes=2) as t:
-            info = _info(t)
+            info = parts(t._state)
             t.join(1)                      # even with this process in a node's cgroup
-            assert len(_present(info)) == 3 + len(info["cgroups"])
+            assert present(info) == everything(info)
+            assert len(info["cgroups"]) == 3
             raise RuntimeError("inside the block")
-    assert _present(info) == []
+    assert present(info) == []
     assert th.STATE_ENV not in os.environ
 
 
@@ -230,45 +197,17 @@ def test_nothing_stays_after_an_exception(src, nothing_left):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_nothing_stays_after_the_holder_is_killed(src, nothing_left, sig):
     """SIGTERM: the handler raises and finally cleans up; SIGKILL: the janitor does."""
-    code = ("import json, time; from lmdbio.lab.storage import throttled\n"
+    code = ("import time; from lmdbio.lab.storage import throttled\n"
             f"with throttled({str(src)!r}, nodes=2) as t:\n"
             "    t.join(0)\n"
-            "    print(json.dumps(dict(image=t.image, mnt=t.mnt, workdir=t.state_file.rsplit('/', 1)[0],"
-            " cgroups=t.cgroups + [t.cgroups[0].rsplit('/', 1)[0]])), flush=True)\n"
+            "    print(t.state_file, flush=True)\n"
             "    time.sleep(120)\n")
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
-    info = None
-    try:
-        info = json.loads(p.stdout.readline())
-        assert len(_present(info)) == 3 + len(info["cgroups"])
-        p.send_signal(sig)
-        p.wait(timeout=30)
-        deadline = time.monotonic() + 20
-        while _present(info) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _present(info) == []
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        if info is not None:
-            th.cleanup(os.path.join(info["workdir"], "state.json"))
+    kill_holder(code, sig, th.cleanup)
 
 
 @pytest.mark.throttled
 @needs_device
 @pytest.mark.mpi
 def test_bench_sweep_on_throttled_devices(src, tmp_path, nothing_left):
-    from lmdbio.lab import bench
-
-    pts = bench.make_points([str(src)], ["lmdbio-lmm-dio"], [2], ["cold"], 16, 3,
-                            ranks_per_node=1, storage="throttle:gpfs-2017", baselines=False)
-    s = bench.run_sweep(pts, tmp_path / "out", progress=False)
-    assert (s["status"] == "ok").all(), s["error"].tolist()
-    assert set(s["storage"]) == {"throttle:gpfs-2017"}
-    assert (s["pfs_requests"] > 0).all() and (s["pfs_bytes"] > 0).all()
-    assert (s["resident_fraction"] <= 0.05).all()
-    meta = json.loads((tmp_path / "out" / "meta.json").read_text())
-    assert meta["config"]["pfs"]["kind"] == "throttle"
+    _, meta = bench_sweep(src, "throttle:gpfs-2017", tmp_path / "out")
     assert meta["config"]["pfs"]["profile"]["read_bps"] > 0
