@@ -66,7 +66,9 @@ __all__ = ["POLICIES", "check_count", "DEFAULT_POLICY", "MODES", "epoch_order", 
            "DEFAULT_PARTITIONS", "elastic_order", "partition_owners",
            "record_windows", "num_batches", "global_batches", "rank_batches", "mean_batch_distance",
            "adjacent_fraction", "mean_share_distance", "position_correlation", "randomness_table",
-           "format_table", "mode_table", "format_mode_table"]
+           "format_table", "mode_table", "format_mode_table", "REFERENCE_SEED", "gap_entropy",
+           "uniform_gap_entropy", "batch_class_shares", "order_quality", "node_reader_bytes",
+           "quality_table", "format_quality_table"]
 
 POLICIES = ("short", "pad", "drop")
 DEFAULT_POLICY = "short"
@@ -444,6 +446,176 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# --- shuffle quality next to its cost ------------------------------------------------------------
+
+#: Seed of the uniform random permutation :func:`uniform_gap_entropy` scores against (any order's
+#: score uses the same reference, whatever its own seed).
+REFERENCE_SEED = 314159
+
+
+def gap_entropy(order: np.ndarray) -> float:
+    """Shannon entropy, in bits, of the gaps between neighbouring records of ``order``.
+
+    With ``g_i = |order[i+1] - order[i]|`` over the ``n - 1`` neighbouring
+    pairs of the whole epoch and ``p_d`` the share of pairs with ``g_i = d``:
+    ``H = -sum_d p_d log2 p_d``. 0 for file order (every gap is 1); near
+    ``log2 n`` less the estimate's bias for a uniform random permutation
+    (:func:`uniform_gap_entropy`). This is the sample half of Mosaic streaming's
+    shuffle quality (``get_entropy`` in ``simulation/core/shuffle_quality.py``
+    of mosaicml/streaming, which its simulator reports as the harmonic mean of
+    this entropy over sample ids and over shard ids); an LMDB has no shards, so
+    only the sample entropy is used here.
+    """
+    order = np.asarray(order, dtype=np.int64)
+    if len(order) < 2:
+        return 0.0
+    counts = np.bincount(np.abs(np.diff(order)))
+    p = counts[counts > 0] / (len(order) - 1)
+    return float(-(p * np.log2(p)).sum()) + 0.0     # + 0.0: file order's -0.0 reads 0.0
+
+
+def uniform_gap_entropy(n: int) -> float:
+    """:func:`gap_entropy` of a uniform random permutation of ``n`` records (one permutation,
+    :data:`REFERENCE_SEED`; tests/test_shuffle_quality.py checks that permutations of other
+    seeds score within 0.01 of it at 60,000 records)."""
+    n = check_count("n", n, 1)
+    return gap_entropy(np.random.default_rng(REFERENCE_SEED).permutation(n))
+
+
+def batch_class_shares(order: np.ndarray, batch_size: int, classes: int) -> np.ndarray:
+    """The largest share of one class in each full global batch of ``order``, on a class-sorted
+    data set: record ``i`` of ``n`` has label ``i * classes // n`` (``i // (n / classes)`` where
+    ``classes`` divides ``n``). 1.0: a batch of one class; a little over ``1 / classes`` for a
+    uniform shuffle with batches much larger than ``classes``. A short last batch is left out."""
+    order = np.asarray(order, dtype=np.int64)
+    n = len(order)
+    _check(n, batch_size, DEFAULT_POLICY)
+    classes = check_count("classes", classes, 1)
+    if order.min() < 0 or order.max() >= n:
+        raise ConfigurationError(f"order must hold records 0..{n - 1} (an epoch of the {n} "
+                                 f"records), got {order.min()}..{order.max()}")
+    full = n // batch_size
+    labels = (order[:full * batch_size] * classes // n).reshape(full, batch_size)
+    counts = np.zeros((full, classes), dtype=np.int64)
+    np.add.at(counts, (np.repeat(np.arange(full), batch_size), labels.ravel()), 1)
+    return counts.max(axis=1) / batch_size
+
+
+def order_quality(order: np.ndarray, batch_size: int, classes: int) -> dict:
+    """The shuffle-quality numbers of one epoch's order (no I/O).
+
+    Keys: ``entropy_bits`` (:func:`gap_entropy`), ``entropy_uniform_bits``
+    (:func:`uniform_gap_entropy` of as many records), ``entropy_score`` (their
+    ratio: 0 for file order, about 1 for a uniform random permutation),
+    ``class_share_median`` and ``class_share_worst`` (the median and the
+    largest of :func:`batch_class_shares`).
+    """
+    h, u = gap_entropy(order), uniform_gap_entropy(len(order))
+    shares = batch_class_shares(order, batch_size, classes)
+    return {"entropy_bits": h, "entropy_uniform_bits": u, "entropy_score": h / u,
+            "class_share_median": float(np.median(shares)),
+            "class_share_worst": float(shares.max())}
+
+
+def node_reader_bytes(order: np.ndarray, batch_size: int, nprocs: int, ranks_per_node: int,
+                      units: np.ndarray, *, record_bytes: int = 4096, max_gap: int = 64 << 10,
+                      policy: str = DEFAULT_POLICY) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes and read requests of each node reader over an epoch, from the order alone.
+
+    Node reader j serves ranks ``j * ranks_per_node ..`` (consecutive, as the
+    Reader groups them); rank r's positions are :func:`position_ranks`'. In
+    each unit (``units[i]`` for position i: a shuffle window, :func:`record_windows`
+    of the order's records, which the WINDOW stage reads at once), the records
+    a reader's ranks deliver are planned into extents by the rule of
+    :func:`lmdbio.plan.plan_extents` (holes up to ``max_gap`` read through),
+    record p at file offset ``p * record_bytes``: records of one size in key
+    order (a cifar10 Datum, 3.1 KB, fills one 4 KiB overflow page). Returns
+    ``(bytes, requests)``, one int64 per node reader.
+    """
+    order, units = np.asarray(order, dtype=np.int64), np.asarray(units, dtype=np.int64)
+    if len(units) != len(order):
+        raise ConfigurationError(f"units must give one unit per position: {len(units)} for "
+                                 f"{len(order)} positions")
+    rpn = check_count("ranks_per_node", ranks_per_node, 1)
+    if nprocs % rpn:
+        raise ConfigurationError(f"ranks_per_node {rpn} does not divide nprocs {nprocs}")
+    readers = nprocs // rpn
+    reader = position_ranks(len(order), batch_size, nprocs, policy) // rpn
+    keep = reader < readers                          # positions a dropped batch leaves unread
+    # Each (reader, unit, record) once, sorted: a reader's records of a unit in file order.
+    key = np.unique(np.stack([reader[keep], units[keep], order[keep]]), axis=1)
+    who, unit, rec = key
+    hole = (np.diff(rec) - 1) * record_bytes
+    same = (np.diff(who) == 0) & (np.diff(unit) == 0)
+    merged = same & (hole <= max_gap)                # read through the hole: one extent
+    nbytes = np.bincount(who, minlength=readers) * record_bytes
+    nbytes += np.bincount(who[1:][merged], weights=hole[merged], minlength=readers).astype(np.int64)
+    requests = np.bincount(who, minlength=readers) - np.bincount(who[1:][merged],
+                                                                 minlength=readers)
+    return nbytes.astype(np.int64), requests.astype(np.int64)
+
+
+def quality_table(n: int, batch_size: int, block: int, *, window: int = 4, classes: int = 10,
+                  nprocs: int = 16, ranks_per_node: int = 4,
+                  partitions: int = DEFAULT_PARTITIONS, seed: int = 0,
+                  record_bytes: int = 4096) -> list[dict]:
+    """Shuffle quality next to its cost: one row per order of an ``n``-record epoch.
+
+    Rows (``mode``): ``"file"`` (file order), ``"window"``, ``"shard"`` (at
+    ``nprocs``) and ``"elastic"`` (``partitions``), all with the same
+    ``block`` and ``window``, epoch 0; ``"uniform"``: a uniform random
+    permutation (blocks of one record, windows of one block: every record its
+    own read). Columns: :func:`order_quality`'s, on a class-sorted data set of
+    ``classes`` classes; ``bytes_ratio`` and ``requests_ratio``: the bytes and
+    read requests all node readers make in the epoch (:func:`node_reader_bytes`,
+    ``nprocs / ranks_per_node`` node readers, each shuffle window one unit),
+    over file order's (each batch one unit: file order reads each reader's run
+    of every batch, never through the holes between them); and the settings.
+    At 4 ranks, 2 node readers, tests/mpi/elastic_bytes.py's counters are within
+    3% of these bytes and equal these requests for the shuffled modes.
+    """
+    orders = {"file": (np.arange(n, dtype=np.int64), np.arange(n) // batch_size)}
+    windows = record_windows(n, block, window, seed, 0)
+    for mode in MODES:
+        if mode == "window":
+            o = epoch_order(n, block, window, seed, 0)
+        elif mode == "shard":
+            o = shard_order(n, block, window, seed, 0, batch_size, nprocs)
+        else:
+            o = elastic_order(n, block, window, seed, 0, batch_size, partitions)
+        orders[mode] = (o, windows[o])
+    o = epoch_order(n, 1, 1, seed, 0)
+    orders["uniform"] = (o, record_windows(n, 1, 1, seed, 0)[o])
+    cost = {m: node_reader_bytes(o, batch_size, nprocs, ranks_per_node, u,
+                                 record_bytes=record_bytes)
+            for m, (o, u) in orders.items()}
+    file_bytes, file_requests = (int(x.sum()) for x in cost["file"])
+    rows = []
+    for mode, (o, _) in orders.items():
+        nbytes, requests = cost[mode]
+        rows.append({"mode": mode, **order_quality(o, batch_size, classes),
+                     "bytes_ratio": int(nbytes.sum()) / file_bytes,
+                     "requests_ratio": int(requests.sum()) / file_requests,
+                     "records": n, "batch_size": batch_size, "classes": classes,
+                     "nprocs": nprocs, "node_readers": nprocs // ranks_per_node,
+                     "block": block if mode != "uniform" else 1,
+                     "window": window if mode != "uniform" else 1,
+                     "partitions": partitions if mode == "elastic" else 0, "seed": seed,
+                     "record_bytes": record_bytes})
+    return rows
+
+
+def format_quality_table(rows: list[dict]) -> str:
+    """The rows of :func:`quality_table` as a fixed-width text table."""
+    lines = [f"{'mode':>10} {'entropy':>8} {'score':>6} {'share med':>9} {'share max':>9} "
+             f"{'bytes':>6} {'requests':>8}"]
+    for r in rows:
+        lines.append(f"{r['mode']:>10} {r['entropy_bits']:>8.2f} {r['entropy_score']:>6.3f} "
+                     f"{r['class_share_median']:>9.3f} {r['class_share_worst']:>9.3f} "
+                     f"{r['bytes_ratio']:>6.2f} {r['requests_ratio']:>8.2f}")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":  # python -m lmdbio.shuffle [N] [BATCH]: the table for a dataset size
     import sys
 
@@ -455,3 +627,19 @@ if __name__ == "__main__":  # python -m lmdbio.shuffle [N] [BATCH]: the table fo
           f"elastic: each of {DEFAULT_PARTITIONS} partitions one, at any P)")
     print(format_mode_table(mode_table(n, batch, blocks=(64, 512, 1024), windows=(1, 4, 16),
                                        modes=MODES)))
+    from .datum import encode
+    from .options import DEFAULT_COALESCE_BYTES
+    from .plan import coalesce_batches
+
+    # The Reader's default block (lmdbio.pipeline.epoch.default_block) for cifar10 Datums
+    # (3.1 KB), window 4, on 16 ranks in 4 nodes.
+    datum_bytes = len(encode(np.zeros((3, 32, 32), np.uint8), 9))
+    block = batch * coalesce_batches(batch * datum_bytes, DEFAULT_COALESCE_BYTES, n // batch)
+    rows = quality_table(n, batch, block)
+    r = rows[0]
+    print(f"\nshuffle quality on a class-sorted set of {r['classes']} classes, block {block}, "
+          f"window 4, P = {r['nprocs']}, {r['node_readers']} node readers (entropy: bits of the "
+          "gaps between neighbouring records, Mosaic streaming's; score: over a uniform "
+          "permutation's; share: of one class in a batch, median and worst; bytes and requests "
+          "of the node readers over file order's)")
+    print(format_quality_table(rows))
