@@ -152,3 +152,38 @@ def test_dataloader_resumes_mid_epoch_with_torch_installed(db):
     env = {"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), path) if p)}
     proc = run_mpi("torch_resume.py", 2, db, env=env, timeout=600)
     assert "torch resume: ok" in proc.stdout
+
+
+def _run_workers(db, check: str):
+    path = torch_path()
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), path) if p)}
+    proc = run_mpi("torch_workers.py", 2, db, check, env=env, timeout=600)
+    assert f"torch workers {check}: ok" in proc.stdout
+
+
+@pytest.mark.torch
+def test_workers_deliver_the_readers_order_with_torch_installed(db):
+    """tests/mpi/torch_workers.py order on 2 ranks: num_workers 0, 2 (fork) and 2 (spawn)
+    deliver the Reader's records in its order, in file order and shuffled by shard."""
+    _run_workers(db, "order")
+
+
+@pytest.mark.torch
+def test_persistent_workers_follow_set_epoch_with_torch_installed(db):
+    """tests/mpi/torch_workers.py persistent on 2 ranks: persistent workers read each epoch
+    set_epoch names."""
+    _run_workers(db, "persistent")
+
+
+@pytest.mark.torch
+def test_workers_resume_mid_epoch_with_torch_installed(db):
+    """tests/mpi/torch_workers.py resume on 2 ranks: with 2 workers, a state from the training
+    process (state_dict(batches=k)) and the workers' own states resume at the next batch."""
+    _run_workers(db, "resume")
+
+
+@pytest.mark.torch
+def test_workers_name_max_readers_with_torch_installed(db):
+    """tests/mpi/torch_workers.py readers on 2 ranks: a reader table too small for the workers
+    is refused, naming max_readers and the readers needed."""
+    _run_workers(db, "readers")
