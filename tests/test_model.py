@@ -780,3 +780,40 @@ def test_the_per_batch_cpu_microbenchmark_sets_the_per_record_cost_when_larger(t
     assert load_calibration(tmp_path).batch_cpu_s == heavy.batch_cpu_s
     save_calibration(cal, tmp_path)
     assert load_calibration(tmp_path).batch_cpu_s is None
+
+
+def test_the_large_record_batch_cpu_sets_the_cost_per_record_size(tmp_path):
+    # Two measured sizes: CIFAR-size (per_record_s) and ImageNet-size 256-record batches; the cost
+    # per record is linear in the record size through both, and the model's warm read follows it.
+    large = 5e-5 + 256 * 4e-5
+    cal = fake_calibration(batch_cpu_s={v: 5e-5 + 254 * 2e-6 for v in FIXED_VARIANTS},
+                           batch_cpu_large_s={v: large for v in FIXED_VARIANTS},
+                           large_record_bytes=196623)
+    assert cal.record_cpu_s("lmdb", 3087, 1e-12) == pytest.approx(2e-6)
+    assert cal.record_cpu_s("lmdb", 196623, 1e-12) == pytest.approx((large - 5e-5) / 256)
+    mid = cal.record_cpu_s("lmdb", (3087 + 196623) / 2, 1e-12)
+    assert mid == pytest.approx((2e-6 + (large - 5e-5) / 256) / 2)
+    plain = fake_calibration()
+    assert plain.record_cpu_s("lmdb", 196623, 2e-10) == pytest.approx(1e-6 + (196623 - 3087) * 2e-10)
+    w = Workload(name="w", record_bytes=196623, batch_size=256, iterations=8)
+    plat = load_platform("this-machine")
+    got = predict_point(plat, w, "lmdb", 1, cal, cache="warm")["read_s"]
+    assert got == pytest.approx(256 * ((large - 5e-5) / 256 - cal.cursor_step_s), rel=1e-9)
+    save_calibration(cal, tmp_path)
+    back = load_calibration(tmp_path)
+    assert back.batch_cpu_large_s == cal.batch_cpu_large_s and back.large_record_bytes == 196623
+
+
+def test_the_measured_read_overlap_hides_its_share_on_the_local_disk_only():
+    assert mech.overlapped(2.0, 1.0, 4096) == 2.0                      # all hidden: the longer one
+    assert mech.overlapped(2.0, 1.0, 4096, 0.25) == pytest.approx(2.75)
+    assert mech.overlapped(2.0, 1.0, 0, 1.0) == 3.0                     # no readahead: they add up
+    w = Workload(name="w", record_bytes=3087, batch_size=256, iterations=8)
+    disk = load_platform("this-machine")
+    none = fake_calibration(disk_read_overlap=0.0)
+    for v in ("lmdbio-lmm-dio-prov", "lmdbio-lmm"):
+        assert (predict_point(disk, w, v, 1, none)["per_iteration_s"]
+                > predict_point(disk, w, v, 1, CAL)["per_iteration_s"])
+    pfs = disk.with_(storage="gpfs-2017")
+    assert (predict_point(pfs, w, "lmdbio-lmm-dio-prov", 1, none)["per_iteration_s"]
+            == predict_point(pfs, w, "lmdbio-lmm-dio-prov", 1, CAL)["per_iteration_s"])

@@ -23,11 +23,20 @@
   the slow calls a median leaves out count) of one 256-record
   ``read_batch()`` per variant family, lone reader, warm, per-phase stats
   on (as ``lmdbio bench`` runs it);
+- ``batch_cpu_large_s`` / ``large_record_bytes``: the same for 256 records of
+  ImageNet size (about 50 MB a batch: the batch buffer, its first touch and
+  the copy or pread of every byte), on a 384-record set: with
+  ``batch_cpu_s`` the per-record CPU at two record sizes, linear between;
+  ``batch_cpu_large16_s`` for 16 of them (3 MB a batch: a buffer below
+  glibc's largest mmap threshold, :data:`MMAP_THRESHOLD_MAX`, is reused);
 - ``member_batch_s`` / ``member_crowded_s`` / ``crowd_cpu_factor``: the CPU
   of a member's ``read_batch()`` in a group of 2 ranks and of 8 ranks per
   core, and how much the reader's CPU grows in that crowd;
 - ``disk_latency_s`` / ``disk_bw``: a cold 4 KiB read and the cold
   sequential bandwidth of the disk under the scratch directory;
+- ``disk_read_overlap``: the share of a reader's CPU between cold 1 MiB
+  preads (back to back, as PROV reads its batches) that the disk's readahead
+  hides: (t_reads + t_cpu - t_both) / min(t_reads, t_cpu), 0 to 1;
 - ``pfs_inflight``: the effective depth of a cold large buffered ``pread``
   through an lmdbio.lab.pfs mount of the gpfs-2017 profile (requests x their
   unqueued service time / wall time): how many of an explicit read's
@@ -65,6 +74,10 @@ PAGE = 4096
 #: not measured (tests check that no calibrated value sits on one).
 FLOOR_S = 1e-9
 FLOOR_PER_BYTE_S = 1e-13
+#: glibc malloc's largest dynamic mmap threshold on 64-bit Linux (mallopt(3), M_MMAP_THRESHOLD:
+#: DEFAULT_MMAP_THRESHOLD_MAX = 4 * 1024 * 1024 * sizeof(long)). A batch buffer above it is a fresh
+#: mapping each batch, faulted and zeroed on first touch; one below it is reused from the heap.
+MMAP_THRESHOLD_MAX = 32 << 20
 #: Variants whose fixed read_batch() cost is measured (COAL and STAG reuse PROV's per chunk).
 FIXED_VARIANTS = ("lmdb", "lmdbio-lmm", "lmdbio-lmm-dm", "lmdbio-lmm-dio", "lmdbio-lmm-dio-prov")
 
@@ -94,6 +107,14 @@ class Calibration:
     disk_max_request: int
     #: Mean CPU seconds of one 256-record read_batch() per variant family (None: not measured).
     batch_cpu_s: dict | None = None
+    #: The same for 256 records of ``large_record_bytes`` each (None: not measured).
+    batch_cpu_large_s: dict | None = None
+    #: The same for 16 records of ``large_record_bytes`` each (None: not measured).
+    batch_cpu_large16_s: dict | None = None
+    large_record_bytes: int = 0
+    #: Share of the CPU between cold explicit reads the local disk's readahead hides (None: not
+    #: measured; the model then takes readahead to hide all of it).
+    disk_read_overlap: float | None = None
     #: Effective explicit-read depth on the emulated PFS (NaN: not measured, see the source).
     pfs_inflight: float = float("nan")
     #: How pfs_inflight was measured (profile, reads, spread), or why it was skipped.
@@ -102,10 +123,13 @@ class Calibration:
     UNITS = {"cores": "count", "disk_bw": "bytes/s", "memcpy_byte_s": "s/byte",
              "pread_byte_s": "s/byte", "mpi_beta_s": "s/byte", "disk_readahead": "bytes",
              "disk_max_request": "bytes", "crowd_per_core": "ranks per core",
-             "pfs_inflight": "requests in flight (effective)", "pfs_inflight_source": "text"}
+             "pfs_inflight": "requests in flight (effective)", "pfs_inflight_source": "text",
+             "disk_read_overlap": "fraction", "large_record_bytes": "bytes"}
     #: Fields that may be absent from an older calibration.json (their defaults apply).
-    OPTIONAL = ("pfs_inflight", "pfs_inflight_source", "batch_cpu_s")
-    INTS = ("cores", "disk_readahead", "disk_max_request", "crowd_per_core", "record_bytes")
+    OPTIONAL = ("pfs_inflight", "pfs_inflight_source", "batch_cpu_s", "batch_cpu_large_s",
+                "batch_cpu_large16_s", "large_record_bytes", "disk_read_overlap")
+    INTS = ("cores", "disk_readahead", "disk_max_request", "crowd_per_core", "record_bytes",
+            "large_record_bytes")
     #: Fixed seconds of one read_batch() per variant (two-record batches, P = 1): the Python
     #: cost of each locate/fetch path apart from its per-record work.
     batch_s: dict = None
@@ -125,6 +149,31 @@ class Calibration:
         if self.batch_cpu_s and variant in self.batch_cpu_s:
             r = max(r, (float(self.batch_cpu_s[variant]) - self.fixed_batch_s(variant)) / 254)
         return r
+
+    def record_cpu_s(self, variant: str, record_bytes: float, per_byte_s: float,
+                     batch_bytes: float | None = None) -> float:
+        """CPU seconds per record of a reader's read_batch() for records of ``record_bytes``.
+
+        Where both batch CPU measurements exist: linear in the record size
+        between ``record_bytes`` (``per_record_s``) and ``large_record_bytes``
+        (a large-record batch's mean CPU less the fixed cost, per record), and
+        beyond them; the large-record batch is the one on the same side of
+        :data:`MMAP_THRESHOLD_MAX` as ``batch_bytes`` (the reader's buffer per
+        read; None: the 256-record one). Otherwise ``per_record_s`` plus the
+        size difference times ``per_byte_s`` (the copy's or the pread's
+        microbenchmark).
+        """
+        r = self.per_record_s(variant)
+        big, n = self.batch_cpu_large_s or {}, 256
+        small = self.batch_cpu_large16_s or {}
+        if batch_bytes is not None and batch_bytes <= MMAP_THRESHOLD_MAX and variant in small:
+            big, n = small, 16
+        if variant in big and self.large_record_bytes > self.record_bytes:
+            r_big = (float(big[variant]) - self.fixed_batch_s(variant)) / n
+            span = self.large_record_bytes - self.record_bytes
+            slope = max(FLOOR_PER_BYTE_S, (r_big - r) / span)
+            return r + (float(record_bytes) - self.record_bytes) * slope
+        return r + (float(record_bytes) - self.record_bytes) * per_byte_s
 
     def cpu_factor(self, ranks_per_core: float) -> float:
         """How much a reader's CPU per batch grows with ranks per core (cache and scheduler
@@ -326,6 +375,50 @@ def _disk(path: Path, nbytes: int) -> tuple[float, float]:
         os.close(fd)
 
 
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _read_overlap(path: Path, nbytes: int, read: int = 1 << 20, repeats: int = 3) -> float:
+    """How much of the CPU between cold back-to-back preads of ``read`` bytes the disk hides.
+
+    Three timings over the evicted scratch file: the reads alone (t_io), the
+    CPU alone (one busy wait of t_io / reads per read: as much CPU as I/O,
+    where an overlap shows most) and both interleaved (t_both). Median over
+    ``repeats`` of (t_io + t_cpu - t_both) / min(t_io, t_cpu), within 0-1.
+    """
+    from lmdbio.metrics import evict
+
+    n = nbytes // read
+    buf = bytearray(read)
+    out = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for _ in range(repeats):
+            evict(path)
+            t0 = time.perf_counter()
+            for i in range(n):
+                os.preadv(fd, [buf], i * read)
+            t_io = time.perf_counter() - t0
+            per = t_io / n
+            t0 = time.perf_counter()
+            for _ in range(n):
+                _spin(per)
+            t_cpu = time.perf_counter() - t0
+            evict(path)
+            t0 = time.perf_counter()
+            for i in range(n):
+                os.preadv(fd, [buf], i * read)
+                _spin(per)
+            t_both = time.perf_counter() - t0
+            out.append(min(1.0, max(0.0, (t_io + t_cpu - t_both) / min(t_io, t_cpu))))
+    finally:
+        os.close(fd)
+    return float(np.median(out))
+
+
 def _mean_value_bytes(db: Path) -> int:
     import lmdb
 
@@ -461,7 +554,7 @@ def _crowded_part(db: str, out: str) -> None:
                                          "reader_crowded_cpu_s": float(cpus[0])}))
 
 
-def _mpi_part(db: str, out: str) -> None:
+def _mpi_part(db: str, out: str, large: str | None = None) -> None:
     """Ping-pong latency and bandwidth; read_batch() costs of a lone reader and of a member.
 
     ``db`` is larger than a last-level cache (24,000 CIFAR-10 records), so
@@ -496,7 +589,7 @@ def _mpi_part(db: str, out: str) -> None:
     # Reader + member of one group: the member's CPU per batch (it sleeps while it waits).
     pair = comm.gather(batch_cost(comm, "lmdbio-lmm-dio-prov"), root=0)
     solo = comm.Split(rank, 0)
-    fixed, per_record, batch_cpu = {}, {}, {}
+    fixed, per_record, batch_cpu, batch_cpu_large, batch_cpu_large16 = {}, {}, {}, {}, {}
     solo_cpu = None
     if rank == 0:
         solo_cpu = batch_cost(solo, "lmdbio-lmm-dio-prov")[1]
@@ -504,11 +597,15 @@ def _mpi_part(db: str, out: str) -> None:
             fixed[v] = batch_cost(solo, v)[0]
             big, batch_cpu[v] = _batch_cost(db, solo, v, iters=300, per_rank=256)
             per_record[v] = max(FLOOR_S, (big - fixed[v]) / 254)
+            if large:
+                batch_cpu_large[v] = _batch_cost(large, solo, v, iters=24, per_rank=256)[1]
+                batch_cpu_large16[v] = _batch_cost(large, solo, v, iters=96, per_rank=16)[1]
     solo.Free()
     if rank == 0:
         Path(out).write_text(json.dumps({
             "mpi_alpha_s": alpha, "mpi_beta_s": beta, "batch_s": fixed, "record_s": per_record,
-            "batch_cpu_s": batch_cpu,
+            "batch_cpu_s": batch_cpu, "batch_cpu_large_s": batch_cpu_large or None,
+            "batch_cpu_large16_s": batch_cpu_large16 or None,
             "reader_solo_cpu_s": solo_cpu,
             "member_batch_s": pair[1][1]}))
 
@@ -555,7 +652,7 @@ def run_calibration(workdir: str | os.PathLike | None = None, *, records: int = 
         say("MPI ping-pong and read_batch() fixed costs (mpiexec -n 2)")
         out = tmp / "mpi.json"
         cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "lmdbio.lab.model.calibrate",
-               "--mpi-part", str(many), str(out)]
+               "--mpi-part", str(many), str(out), str(big)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if proc.returncode != 0 or not out.exists():
             raise LmdbioError("the MPI calibration (mpiexec -n 2) failed: "
@@ -575,10 +672,12 @@ def run_calibration(workdir: str | os.PathLike | None = None, *, records: int = 
         say("cold disk")
         v["disk_latency_s"], v["disk_bw"] = _disk(scratch, scratch_bytes)
         v["disk_readahead"], v["disk_max_request"] = _queue_limits(scratch)
+        v["disk_read_overlap"] = _read_overlap(scratch, scratch_bytes)
         say("explicit-read depth on the emulated PFS (FUSE mount of gpfs-2017)")
         v["pfs_inflight"], v["pfs_inflight_source"] = _pfs_inflight(tmp)
         say(f"  pfs_inflight = {v['pfs_inflight']:.3f}")
         v["record_bytes"] = _mean_value_bytes(Path(db))
+        v["large_record_bytes"] = _mean_value_bytes(Path(big))
         return _build(v)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -598,11 +697,15 @@ HOW = {
     "batch_s": "read_batch() of each variant at P = 1, 2 records per batch (10th percentile of 400 single calls)",
     "record_s": "per record: (read_batch() with 256 records - with 2) / 254 on the 24,000-record CIFAR-10 set (74 MB, larger than a cache), warm (10th percentiles of single calls)",
     "record_bytes": "mean value size of the CIFAR-10 set record_s was measured on",
+    "batch_cpu_large_s": "the same for 256-record batches of ImageNet-size values (mean CPU over 24 calls, after 20 untimed) on the 384-record ImageNet set: about 50 MB a batch",
+    "batch_cpu_large16_s": "the same with 16-record batches (mean CPU over 96 calls, after 20 untimed): about 3 MB a batch, below glibc's largest mmap threshold (32 MiB), so the buffer is reused",
+    "large_record_bytes": "mean value size of that ImageNet set",
     "batch_cpu_s": "the Reader's per-batch Python: mean CPU time (process_time over 300 calls) of one 256-record read_batch() per variant at P = 1 on the 24,000-record CIFAR-10 set, warm, per-phase stats on (as lmdbio bench runs it)",
     "member_batch_s": "CPU time (process_time) of a member's read_batch() in a 2-rank group",
     "member_crowded_s": "the same, mean over the members of one group of crowd_per_core ranks per core",
     "disk_latency_s": "256 random 4 KiB preads of an evicted 64 MiB scratch file",
     "disk_bw": "sequential 4 MiB preads of the evicted scratch file",
+    "disk_read_overlap": "cold 1 MiB preads of the evicted 64 MiB scratch file back to back, alone, a busy wait of the same total alone, and both interleaved: (t_reads + t_cpu - t_both) / min(t_reads, t_cpu), median of 3, within 0-1: the CPU between explicit reads the readahead hides",
     "cores": "os.cpu_count()",
     "crowd_cpu_factor": "a reader's CPU per read_batch() in that crowded group / alone (2-record batches, lmdbio-lmm-dio-prov)",
     "crowd_per_core": "ranks per core of the crowded hand-off measurement (8, at most 64 ranks)",
@@ -630,6 +733,9 @@ def save_calibration(cal: Calibration, out_dir: str | os.PathLike = DEFAULT_DIR,
     return out
 
 
+_BATCH_CPU = ("batch_cpu_s", "batch_cpu_large_s", "batch_cpu_large16_s")
+
+
 def _build(values: dict) -> Calibration:
     kw = {}
     for fl in fields(Calibration):
@@ -637,10 +743,11 @@ def _build(values: dict) -> Calibration:
             continue   # an older calibration: the field's default
         x = values[fl.name]
         kw[fl.name] = ({k: float(x[k]) for k in FIXED_VARIANTS} if fl.name in ("batch_s", "record_s")
-                       else None if fl.name == "batch_cpu_s" and not x
-                       else {k: float(x[k]) for k in FIXED_VARIANTS} if fl.name == "batch_cpu_s"
+                       else None if fl.name in _BATCH_CPU and not x
+                       else {k: float(x[k]) for k in FIXED_VARIANTS} if fl.name in _BATCH_CPU
                        else str(x) if fl.name == "pfs_inflight_source"
                        else float("nan") if fl.name == "pfs_inflight" and x is None
+                       else None if fl.name == "disk_read_overlap" and x is None
                        else int(x) if fl.name in Calibration.INTS else float(x))
     return Calibration(**kw)
 
@@ -661,8 +768,8 @@ def load_calibration(path: str | os.PathLike = DEFAULT_DIR) -> Calibration:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--mpi-part":
-        _mpi_part(sys.argv[2], sys.argv[3])
+    if len(sys.argv) in (4, 5) and sys.argv[1] == "--mpi-part":
+        _mpi_part(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) == 5 else None)
     elif len(sys.argv) == 4 and sys.argv[1] == "--crowded-part":
         _crowded_part(sys.argv[2], sys.argv[3])
     else:

@@ -18,7 +18,7 @@ from .requests import IO_PAGES, curve_requests
 from ..paths import REPO
 
 __all__ = ["PAGE", "geometry", "walk_faults", "fault_cpu", "faulter_factor", "load_faulters", "cursor_steps", "ring_cycle", "mmap_requests",
-           "explicit_requests", "load_speculation", "speculation_requests", "overlapped", "coalesce_factor", "stripe_pieces", "stagger_groups", "handoff",
+           "explicit_requests", "leaf_pieces", "load_speculation", "speculation_requests", "overlapped", "coalesce_factor", "stripe_pieces", "stagger_groups", "handoff",
            "allreduce", "cpu_bound"]
 
 PAGE = 4096
@@ -221,7 +221,8 @@ IN_FLIGHT = 12
 
 def explicit_requests(nbytes: float, read_size: int, readahead: int,
                       inflight: float = IN_FLIGHT, measured=None,
-                      tail_reused: bool = False) -> tuple[float, int, float]:
+                      tail_reused: bool = False,
+                      cap: int | None = None) -> tuple[float, int, float]:
     """(3) Explicit reads (DIO): one ``pread`` per extent, sized by the reader, not by faults.
 
     The kernel splits a large buffered read into requests of at most
@@ -232,22 +233,41 @@ def explicit_requests(nbytes: float, read_size: int, readahead: int,
     current one). Returns ``(requests, request_bytes, depth)``; more depth,
     less storage time per read. ``measured``: the requests-per-read curve
     (:func:`lmdbio.lab.model.requests.load_curve`) replaces ``L / request``.
+    ``cap``: the largest request of this kernel path where it was measured (the
+    node device's ``max_sectors_kb`` on the shared target: a buffered read larger
+    than the readahead window is read in requests up to the device's io_pages),
+    instead of the formula's ``max(readahead, 128 KiB)``.
     """
     if not (inflight >= 1.0 and math.isfinite(inflight)):
         raise ValueError(f"inflight must be a finite number >= 1, got {inflight!r}")
-    req = min(int(read_size), max(int(readahead), IO_PAGES))
-    req = max(PAGE, min(req, PAGE * math.ceil(max(1.0, nbytes) / PAGE)))
+    largest = int(cap) if cap else min(int(read_size), max(int(readahead), IO_PAGES))
+    req = max(PAGE, min(largest, PAGE * math.ceil(max(1.0, nbytes) / PAGE)))
     n = nbytes / req
     if measured:
         # The measured curve: ceil(L / request) + e requests moving L x b bytes (the readahead
         # window past the read's end). ``tail_reused``: the reader's next read starts where
-        # this one ends, so those bytes are not read again (only the requests count).
+        # this one ends, so those bytes are not read again (only the requests count). With a
+        # measured cap, e is taken against that cap at every length.
 
-        n, moved = curve_requests(nbytes, req, measured)
+        n, moved = curve_requests(nbytes, largest if cap else req, measured)
         if tail_reused:
             moved = nbytes
         req = max(PAGE, int(round(moved / max(1.0, n))))
     return n, req, max(1.0, min(float(inflight), float(math.ceil(n))))
+
+
+def leaf_pieces(nbytes: float, leaf_spacing: float) -> float:
+    """(3) DIO's explicit reads on the node whose index pass read the leaf pages: into how many
+    pieces the cached leaf pages cut one read of ``nbytes``.
+
+    The index pass (one rank of the readers) preads every leaf page, one
+    page each, and they stay in that node's page cache; a later buffered read
+    over them reads the runs between them, each as a read of its own (the
+    kernel's readahead stops at a cached page). One leaf page every
+    ``leaf_spacing`` bytes: ``1 + nbytes / leaf_spacing`` pieces on average.
+    Measured by :mod:`lmdbio.lab.model.sharedprobe` (its ``pread-cached`` rows).
+    """
+    return 1.0 + max(0.0, float(nbytes)) / max(float(PAGE), float(leaf_spacing))
 
 
 def coalesce_factor(group_bytes: float, coalesce_bytes: int, max_batches: int) -> int:
@@ -261,10 +281,14 @@ def coalesce_factor(group_bytes: float, coalesce_bytes: int, max_batches: int) -
     return coalesce_batches(group_bytes, coalesce_bytes, max_batches)
 
 
-def overlapped(storage_s: float, cpu_s: float, readahead: int) -> float:
+def overlapped(storage_s: float, cpu_s: float, readahead: int, hidden: float = 1.0) -> float:
     """(3) With a readahead window the kernel fetches the next window while the process copies
-    the current one, so storage and copying overlap; without one (GPFS mmap), they add up."""
-    return max(storage_s, cpu_s) if readahead > 0 else storage_s + cpu_s
+    the current one, so storage and copying overlap; without one (GPFS mmap), they add up.
+    ``hidden``: the share of the shorter one the overlap hides where it was measured (calibrate's
+    ``disk_read_overlap`` on the local disk); 1 = all of it (the longer one alone)."""
+    if readahead <= 0:
+        return storage_s + cpu_s
+    return storage_s + cpu_s - min(1.0, max(0.0, hidden)) * min(storage_s, cpu_s)
 
 
 def stripe_pieces(request_bytes: float, stripe: int) -> int:

@@ -116,6 +116,10 @@ class Platform:
     #: mount (a requests_per_read.csv path, ``python -m lmdbio.lab.model.requests``; '' = the
     #: formula ``L / request``). Used for PFS profiles only.
     requests_per_read: str = ""
+    #: The shared target's probe (a directory written by ``python -m lmdbio.lab.model.sharedprobe``):
+    #: for a storage profile ``shared:*`` its measured requests per read, K-faulters curve and node
+    #: device limits replace the formula, the throttled device's curve and the profile's guesses.
+    shared_probe: str = ""
     #: DM's speculation as the fixed code issued it (a speculation summary.csv path with
     #: touched, missed and extra pages; '' = every page speculated, none missed).
     speculation: str = ""
@@ -225,6 +229,7 @@ def load_platform(name_or_path: str | os.PathLike) -> Platform:
             faulters=str(raw.get("faulters", "")),
             requests_per_read=str(raw.get("requests_per_read", "")),
             speculation=str(raw.get("speculation", "")),
+            shared_probe=str(raw.get("shared_probe", "")),
             pagepool=int(raw.get("pagepool", 0)),
             ranges=_ranges(raw.get("ranges", {}), where),
             sources=MappingProxyType(dict(raw.get("sources", {}))), path=where,

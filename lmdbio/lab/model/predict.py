@@ -100,6 +100,22 @@ def _requests_curve(path: str):
 
 
 @lru_cache(maxsize=8)
+def _shared_probe(path: str):
+    from .sharedprobe import load_probe
+
+    return load_probe(path)
+
+
+def shared_probe_of(platform: Platform):
+    """The shared target's probe (:class:`~lmdbio.lab.model.sharedprobe.Probe`) when the
+    platform's storage is a ``shared:*`` profile and names one; else None."""
+    name = str(getattr(platform.storage, "name", platform.storage))
+    if not (name.startswith("shared:") and platform.shared_probe):
+        return None
+    return _shared_probe(platform.shared_probe)
+
+
+@lru_cache(maxsize=8)
 def _speculation(path: str) -> dict:
     # Without a measurement: every page advised in time, nothing extra.
     return mech.load_speculation(path) if path else {"miss": 0.0, "issued": 1.0, "served": 1.0}
@@ -151,6 +167,13 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
     curve = _requests_curve(platform.requests_per_read) if pfs else ()
     spec_file = platform.speculation if pfs else ""
     rsize = profile.read_size if profile is not None else 1 << 20
+    # The share of the CPU between cold reads that readahead hides: measured on the local disk.
+    hide = (cal.disk_read_overlap if platform.storage == "disk"
+            and getattr(cal, "disk_read_overlap", None) is not None else 1.0)
+    # The shared target: what a node's reads become at S, measured there (sharedprobe).
+    probe = shared_probe_of(platform)
+    cap = probe.node_max_request if probe is not None else None
+    faulters = _faulters(probe.faulters_csv) if probe is not None else _faulters(platform.faulters)
     alpha = (platform.net_alpha_s or cal.mpi_alpha_s) if nodes > 1 else cal.mpi_alpha_s
     beta = (platform.net_beta_s or cal.mpi_beta_s) if nodes > 1 else cal.mpi_beta_s
 
@@ -190,10 +213,10 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
     ring_wait = 0.0
     cold = profile is not None
     if o.fetch == "mmap":
-        # Per record as measured (walk step, copy, minor faults) less the step counted above,
-        # plus the bytes by which these records differ from the measured ones.
-        copy_cpu = g * max(0.0, cal.per_record_s(family) - cal.cursor_step_s
-                           + (s - cal.record_bytes) * cal.memcpy_byte_s)
+        # Per record as measured at this record size (walk step, copy, minor faults; between the
+        # two measured sizes, Calibration.record_cpu_s) less the step counted above.
+        copy_cpu = g * max(0.0, cal.record_cpu_s(family, s, cal.memcpy_byte_s, k * g * s)
+                           - cal.cursor_step_s)
         reader_cpu += copy_cpu
         if o.locate == "ring" and R > 1:
             ring_wait = max(0.0, mech.ring_cycle(R, g, cal.cursor_step_s, alpha) - walk_cpu)
@@ -206,8 +229,15 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
             # as read-around faults. The advised reads move ``issued`` x the group's bytes; the
             # part the walk does not wait for is read alongside.
             sp = _speculation(spec_file)
-            req = (min(rsize, max(mech.PAGE, ra)) if pfs
-                   else mech.explicit_requests(g * f, rsize, ra, inflight)[1])
+            if probe is not None and probe.willneed:
+                # WILLNEED of the group's range and the read that waits for it, measured at S.
+                from .requests import curve_requests
+
+                n_w, _ = curve_requests(g * f, cap, probe.willneed)
+                req = max(mech.PAGE, int(g * f / max(1.0, n_w)))
+            else:
+                req = (min(rsize, max(mech.PAGE, ra)) if pfs
+                       else mech.explicit_requests(g * f, rsize, ra, inflight)[1])
             n, size, faults = mech.speculation_requests(g * f, req, sp["issued"], sp["served"])
             depth = max(1.0, min(float(inflight), float(math.ceil(n - faults))))
             streams = []
@@ -242,8 +272,9 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
             leaf_faults, cover = mech.walk_faults(steps or g, rpl, f, W, platform.walk_touches_values)
             S = f if platform.walk_touches_values else rpl * f
             # (1) Problem 1, measured: concurrent faulters of a node split the read-around into
-            # more, smaller requests (the K-faulters curve of the throttled device).
-            kf = mech.faulter_factor(waiters, _faulters(platform.faulters))
+            # more, smaller requests (the K-faulters curve of the throttled device, or of the
+            # shared target's probe there).
+            kf = mech.faulter_factor(waiters, faulters)
             info["faulter_factor"] = kf
             size = max(mech.PAGE, int(size / kf))      # the same bytes in kf times the requests
             walkers = range(R) if o.localized else range(nodes)
@@ -268,7 +299,7 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
             ph["read"] += t_data + fcpu + copy_cpu
             if ra > 0:
                 # (3) Readahead fetches ahead of the walk and the copies: they overlap.
-                hidden = min(t_leaf + t_data, walk_cpu + copy_cpu)
+                hidden = hide * min(t_leaf + t_data, walk_cpu + copy_cpu)
                 take = min(hidden, ph["read"])
                 ph["read"] -= take
                 ph["locate"] -= hidden - take
@@ -278,9 +309,9 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
         ph["locate"] += plan
         reader_cpu += plan
         chunk = k * g * f
-        # Per record as measured (extents, pread, hand-out) less the planning counted above.
-        cpu = g * max(0.0, cal.per_record_s(family) - cal.plan_record_s
-                      + (s - cal.record_bytes) * cal.pread_byte_s)
+        # Per record as measured at this record size (extents, pread, hand-out) less the planning.
+        cpu = g * max(0.0, cal.record_cpu_s(family, s, cal.pread_byte_s, k * g * s)
+                      - cal.plan_record_s)
         reader_cpu += cpu
         if not cold:
             ph["read"] += cpu
@@ -289,19 +320,34 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
             # reader's records of each batch are their own extent (lmdbio.plan.chunk_runs), so
             # COAL reads k extents of g records, each with its own requests and tail.
             extents = k if R > 1 else 1
-            n, size, depth = mech.explicit_requests(chunk / extents, rsize, ra, inflight,
-                                                    measured=curve, tail_reused=R == 1)
+            if probe is not None:
+                # A lone reader's reads follow one another (the back-to-back rows); others' do not.
+                curve = probe.seq if R == 1 and probe.seq else probe.pread
+
+            def reads(length):
+                return mech.explicit_requests(length, rsize, ra, inflight, measured=curve,
+                                              tail_reused=R == 1, cap=cap)
+            n, size, depth = reads(chunk / extents)
             n *= extents
+            # DIO: the index pass left node 0's leaf pages in its page cache; they cut its readers'
+            # reads (Linux's readahead, measured on a block device: not for a PFS profile).
+            n0, size0, depth0 = n, size, depth
+            if o.locate == "index" and not pfs:
+                cut = mech.leaf_pieces(chunk / extents, rpl * f)
+                n0, size0, depth0 = reads(chunk / extents / cut)
+                n0 *= cut * extents
             groups = mech.stagger_groups(R, o.stagger_size) if o.staggered else [R]
             durations = {}
             for gsize in sorted(set(groups)):
-                streams = [Stream(node=j // rdr, n=n, size=size, depth=depth, offset=int(j * chunk))
+                streams = [Stream(node=j // rdr, offset=int(j * chunk),
+                                  **(dict(n=n0, size=size0, depth=depth0) if j < rdr
+                                     else dict(n=n, size=size, depth=depth)))
                            for j in range(gsize)]
                 used = max(1, min(nodes, math.ceil(gsize / rdr)))
                 durations[gsize], c = _phase_time(profile, used, streams, budget, pool)
                 add_counters(c, groups.count(gsize) / k)
             turn = sum(durations[x] for x in groups[:-1]) + (len(groups) - 1) * alpha
-            ph["read"] += mech.overlapped(durations[groups[-1]] / k, cpu, ra)
+            ph["read"] += mech.overlapped(durations[groups[-1]] / k, cpu, ra, hide)
             ph["wait"] += turn / k
         if o.locate == "index":
             # Setup: the first reader reads every leaf page once, then scatters the extents.

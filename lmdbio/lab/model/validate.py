@@ -113,23 +113,27 @@ def throttled_profile(name: str, meta: dict, ranks_per_node: int):
                    per_node_targets=True, rate_limited=True)
 
 
-def shared_profile(name: str, meta: dict, nprocs: int):
+def shared_profile(name: str, meta: dict, nprocs: int, probe=None):
     """A storage Profile for the shared target: one rate-limited queue that every node draws on.
 
     From the target's own budget (``lmdbio.lab.storage.shared``, the run's share
     at P ranks and the sweep's time scale from its meta.json): a request
     takes ``max(1 / read_iops, bytes / read_bps)`` on the one queue; no seeks
-    (the target serves interleaved streams as fast as one); the node
-    devices' readahead window.
+    (the target serves interleaved streams as fast as one). With ``probe``
+    (:func:`lmdbio.lab.model.sharedprobe.load_probe`) the node devices'
+    readahead window and largest request as the probe read them from sysfs;
+    without, the profile's window and the loop driver's 1280 KiB.
     """
     from ..pfs.model import Profile
     from ..storage.shared import load_shared_profile
 
     sp = load_shared_profile(name, time_scale=_find_key(meta, "time_scale"))
     bps, iops = sp.limits(max(1, int(nprocs)))
+    ra = probe.node_read_ahead if probe is not None else int(sp.read_ahead_kb) * 1024
+    size = probe.node_max_request if probe is not None else 1280 << 10
     return Profile(name=f"shared:{name}", targets=1, stripe=1 << 40, latency_s=1.0 / iops,
-                   target_bw=float(bps), seek_s=0.0, node_link_bw=None, read_size=1280 << 10,
-                   readahead=int(sp.read_ahead_kb) * 1024, time_scale=1.0,
+                   target_bw=float(bps), seek_s=0.0, node_link_bw=None, read_size=size,
+                   readahead=ra, time_scale=1.0,
                    description="one shared rate-limited target (lmdbio.lab.storage.shared)",
                    rate_limited=True)
 
@@ -187,8 +191,11 @@ def validate(summaries, platform: Platform | str = "this-machine", cal: Calibrat
                 p = p.with_(storage=throttled_profile(str(r["storage"]).split(":", 1)[1], meta,
                                                       int(r["ranks_per_node"] or 1)))
             elif setting == "shared storage target":
+                from .predict import _shared_probe
+
+                probe = _shared_probe(plat.shared_probe) if plat.shared_probe else None
                 p = p.with_(storage=shared_profile(str(r["storage"]).split(":", 1)[1], meta,
-                                                   int(r["nprocs"])))
+                                                   int(r["nprocs"]), probe))
             elif storage != "disk" and scale is None:
                 from ..pfs.model import load_profile
                 p = p.with_(storage_time_scale=load_profile(storage).time_scale)
@@ -211,10 +218,10 @@ def validate(summaries, platform: Platform | str = "this-machine", cal: Calibrat
                         "repeats": int(r["repeats"]), "iterations": int(r["iters"]),
                         **{f"pred_{x}_s": pred[f"{x}_s"] * int(r["iters"]) for x in PHASES},
                         "explicit_inflight": pred["explicit_inflight"],
-                        # Storage traffic: the model's (timed iterations plus warmup) against the
-                        # emulator's counters (the whole run: open, warmup and DIO's index pass too).
-                        "pred_storage_requests": pred["storage_requests"] * (int(r["iters"]) + int(r["warmup"])),
-                        "pred_storage_bytes": pred["storage_bytes"] * (int(r["iters"]) + int(r["warmup"])),
+                        # Storage traffic of the timed iterations: the bench takes the storage's
+                        # counters just inside the timed loop's barriers (lmdbio.lab.bench.timed).
+                        "pred_storage_requests": pred["storage_requests"] * int(r["iters"]),
+                        "pred_storage_bytes": pred["storage_bytes"] * int(r["iters"]),
                         "measured_storage_requests": float(r.get("pfs_requests", float("nan"))),
                         "measured_storage_bytes": float(r.get("pfs_bytes", float("nan"))),
                         "dominant_mechanism": pred["dominant_mechanism"],
