@@ -1,4 +1,4 @@
-"""Measurement: phase timers with getrusage and /proc/self/io, page-cache control."""
+"""Measurement: phase timers (getrusage, /proc/self/io), resident memory, page-cache control."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import time
 
 import numpy as np
 
-__all__ = ["PhaseRecorder", "proc_io", "evict", "residency", "resident_pages", "rusage_snapshot",
-           "totals_snapshot", "totals_row", "with_total", "host_meta", "git_commit", "results_meta", "write_results_meta"]
+__all__ = ["PhaseRecorder", "proc_io", "memory", "evict", "residency", "resident_pages",
+           "rusage_snapshot", "totals_snapshot", "totals_row", "with_total", "host_meta",
+           "git_commit", "results_meta", "write_results_meta"]
 
 _RUSAGE_FIELDS = ("ru_utime", "ru_stime", "ru_nvcsw", "ru_nivcsw", "ru_minflt", "ru_majflt")
 
@@ -33,15 +34,43 @@ def proc_io() -> dict:
         return {}
 
 
+_MEMORY_FIELDS = {"RssAnon": "rss_anon_bytes", "RssFile": "rss_file_bytes",
+                  "RssShmem": "rss_shmem_bytes"}
+
+
+def memory() -> dict:
+    """This process's resident memory by kind, in bytes, from /proc/self/status; {} where absent.
+
+    ``rss_anon_bytes`` (RssAnon) is the process's own memory (heap, stacks,
+    private buffers): what grows on a leak. ``rss_file_bytes`` (RssFile) is
+    file-backed pages it maps and has resident (libraries, an mmap'd LMDB
+    file): page cache, which the kernel can drop. ``rss_shmem_bytes``
+    (RssShmem) is shared memory it maps (POSIX shm, such as a node group's
+    slots). Their sum is VmRSS.
+    """
+    out = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in _MEMORY_FIELDS:
+                    out[_MEMORY_FIELDS[key]] = int(value.split()[0]) * 1024   # the kernel says kB
+    except OSError:
+        return {}
+    return out
+
+
 def totals_snapshot() -> tuple:
     """(monotonic time, getrusage, /proc/self/io) now, for :func:`totals_row`."""
     return time.monotonic(), rusage_snapshot(), proc_io()
 
 
 def totals_row(since: tuple, rank: int = 0) -> dict:
-    """A ``phase="total"`` row: wall, CPU, context switches, faults and kernel I/O since ``since``."""
+    """A ``phase="total"`` row: wall, CPU, context switches, faults and kernel I/O since ``since``,
+    and the resident memory (:func:`memory`) at its end."""
     t0, r0, io0 = since
     t1, r1, io1 = totals_snapshot()
+    mem = memory()
     wall, user, system = t1 - t0, r1[0] - r0[0], r1[1] - r0[1]
     return {"rank": rank, "batch": -1, "phase": "total", "t_start": t0, "t_end": t1,
             "wall_s": wall, "user_s": user, "sys_s": system,
@@ -50,7 +79,8 @@ def totals_row(since: tuple, rank: int = 0) -> dict:
             "majflt": r1[5] - r0[5], "bytes": 0, "calls": 0,
             "io_rchar": io1.get("rchar", 0) - io0.get("rchar", 0),
             "io_syscr": io1.get("syscr", 0) - io0.get("syscr", 0),
-            "io_read_bytes": io1.get("read_bytes", 0) - io0.get("read_bytes", 0)}
+            "io_read_bytes": io1.get("read_bytes", 0) - io0.get("read_bytes", 0),
+            **{k: mem.get(k, 0) for k in _MEMORY_FIELDS.values()}}
 
 
 def with_total(rows: list[dict], since: tuple, rank: int, extra: dict) -> list[dict]:

@@ -320,7 +320,97 @@ def test_timeout_is_a_failed_point(db, tmp_path):
     assert rows[0]["status"] == "failed" and "timeout" in rows[0]["error"]
 
 
-def test_cli_argument_errors(db, capsys):
+def test_memory_tells_mapped_file_pages_from_own_memory(tmp_path):
+    """metrics.memory(): pages of an mmap'd file count as RssFile, not RssAnon; private memory
+    the process fills counts as RssAnon, shared memory as RssShmem."""
+    import mmap
+
+    f = tmp_path / "blob"
+    f.write_bytes(os.urandom(8 << 20))      # written just now: in the page cache
+    m0 = metrics.memory()
+    assert set(m0) == {"rss_anon_bytes", "rss_file_bytes", "rss_shmem_bytes"}
+    assert m0["rss_anon_bytes"] > 0 and m0["rss_file_bytes"] > 0
+    with open(f, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        touched = sum(mm[i] for i in range(0, len(mm), mmap.PAGESIZE))   # fault every page in
+        m1 = metrics.memory()
+    assert touched >= 0
+    assert m1["rss_file_bytes"] - m0["rss_file_bytes"] >= 0.9 * (8 << 20), (m0, m1)
+    assert abs(m1["rss_anon_bytes"] - m0["rss_anon_bytes"]) < (4 << 20), (m0, m1)
+    # Fresh mappings (malloc could hand back pages that are resident already).
+    size = 16 << 20
+    with mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE) as own, \
+            mmap.mmap(-1, size, flags=mmap.MAP_SHARED) as shared:
+        m1 = metrics.memory()
+        for buf in (own, shared):
+            np.frombuffer(buf, dtype=np.uint8)[:] = 1
+        m2 = metrics.memory()
+    assert m2["rss_anon_bytes"] - m1["rss_anon_bytes"] >= 0.9 * size, (m1, m2)
+    assert m2["rss_shmem_bytes"] - m1["rss_shmem_bytes"] >= 0.9 * size, (m1, m2)
+    assert set(metrics.totals_row(metrics.totals_snapshot())) >= set(m0)
+
+
+@pytest.mark.mpi
+def test_compute_report_from_the_ranks_timings(db, tmp_path, capsys):
+    """`lmdbio bench --compute S`: every rank computes S per step over one epoch's steps; AU,
+    samples/s and MB/s come from each rank's recorded steps after its first (DLIO's
+    exclude_start_steps), median [min-max] over repeats; the total rows carry memory."""
+    from lmdbio.cli import main
+
+    step, out = 0.02, tmp_path / "res"
+    assert main(["bench", "--dataset", db, "--variants", "lmdb", "--no-lmdb", "--procs", "2",
+                 "--batch-size", "64", "--compute", str(step), "--repeats", "2", "--out",
+                 str(out), "--quiet", "--timeout", "120"]) == 0
+    printed = capsys.readouterr().out
+    s = pd.read_csv(out / "summary.csv")
+    assert list(s.columns) == list(bench.SUMMARY_COLUMNS)
+    assert (s["status"] == "ok").all(), s["error"].tolist()
+    assert set(s["variant"]) == {bench.RAW, "lmdb"} and len(s) == 4
+    assert (s["iters"] == 320 // 64).all()               # one epoch's steps
+    assert np.allclose(s["compute_step_s"], step) and (s["metric_exclude_steps"] == 1).all()
+
+    p = pd.read_csv(out / "points.csv")
+    total = p[(p["level"] == "step") & (p["phase"] == "total")]
+    compute = p[(p["level"] == "step") & (p["phase"] == "compute")]
+    assert len(total) == 4 * 2
+    # Each rank's window holds its 4 steps after the first: their records, bytes and compute.
+    per_rank = 64 // 2
+    assert (total["metric_records"] == 4 * per_rank).all()
+    record_size = s["record_bytes"].iloc[0] / s["records"].iloc[0]   # CIFAR records: one size
+    assert np.allclose(total["bytes"] - total["metric_bytes"], per_rank * record_size)
+    left_out = compute["wall_s"].to_numpy() - total["metric_compute_s"].to_numpy()
+    assert (left_out >= step).all(), left_out             # the first step's compute
+    assert (total["metric_compute_s"] >= 4 * step).all()
+    # The window starts after the first step: shorter than the timed loop by its compute at least.
+    assert (total["wall_s"] - total["metric_wall_s"] >= step).all()
+    assert (total["metric_compute_s"] <= total["metric_wall_s"]).all()
+
+    keys = ["variant", "repeat"]
+    by = total.groupby(keys)
+    au = by.apply(lambda g: (g["metric_compute_s"] / g["metric_wall_s"]).mean())
+    rate = by.apply(lambda g: (g["metric_records"] / g["metric_wall_s"]).sum())
+    got = s.set_index(keys)
+    assert np.allclose(got["train_au"], au.reindex(got.index))
+    assert np.allclose(got["train_samples_per_s"], rate.reindex(got.index))
+    assert ((got["train_au"] > 0) & (got["train_au"] <= 1)).all()
+    # Samples/s over the window is at least the timed loop's records/s scaled to its 4 of 5
+    # steps (each window lies inside the point's wall), and MB/s is samples/s x the record size.
+    assert (got["train_samples_per_s"] >= 0.8 * got["records_per_s"] * (1 - 1e-9)).all()
+    assert np.allclose(got["train_mb_per_s"] * 1e6, got["train_samples_per_s"] * record_size)
+
+    # Memory: the largest rank's resident memory at the end of the timed loop.
+    for col in bench.MEMORY_COLUMNS:
+        assert np.allclose(got[col], total.groupby(keys)[col].max().reindex(got.index))
+    assert (total["rss_anon_bytes"] > 0).all()
+    assert (total.loc[total["variant"] == "lmdb", "rss_file_bytes"] > 0).all()   # LMDB's mmap
+
+    # The printed table: one row per variant and P, each metric as median [min-max].
+    assert "exclude_start_steps" in printed
+    table = printed.split("Training loop", 1)[1].splitlines()[3:5]
+    assert sorted(ln.split()[3:5][1] for ln in table) == ["lmdb", "raw"], printed
+    assert all(ln.split()[3] == "2" and ln.count("[") == 3 for ln in table), printed
+
+
+def test_cli_argument_errors(db, tmp_path, capsys):
     from lmdbio.cli import main
 
     assert main(["bench", "--dataset", db, "--variants", "nope", "--out", "x"]) == 1
@@ -328,6 +418,9 @@ def test_cli_argument_errors(db, capsys):
     assert main(["bench", "--dataset", db, "--procs", "3", "--batch-size", "32", "--out", "x"]) == 1
     assert "divisible" in capsys.readouterr().err
     assert main(["bench", "--report", "/nonexistent-dir"]) == 1
+    assert main(["bench", "--dataset", db, "--compute", "0.1", "--compute-time", "0.001",
+                 "--out", str(tmp_path / "res")]) == 1
+    assert "give one" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- issue 15: the measuring stick

@@ -46,13 +46,21 @@ Definitions (also in docs/bench.md, "How the bench measures"):
   point is cold from construction on (index pass included). The timed
   window starts at a chunk boundary (warmup rounded up to the Reader's
   coalescing factor), so no timed batch comes from a chunk read before.
+- **Training loop** (``lmdbio bench --compute SECONDS``, DLIO's and MLPerf
+  Storage's report): each rank computes SECONDS per step; AU (compute /
+  wall, mean over ranks), samples/s and MB/s (sums over ranks) cover each
+  rank's timed steps after its first (DLIO's ``exclude_start_steps``), from
+  the per-step timings it recorded; the report gives median [min-max] over
+  repeats per variant and P. See :func:`summarize`.
+- **Memory**: RssAnon, RssFile and RssShmem (:func:`lmdbio.metrics.memory`)
+  of each rank at the end of the timed loop; the summary has the largest.
 """
 
 from .cache import EvictionWarning
 from .limit import RAW, RawReader
 from .point import run_point
-from .stats import (POINT_KEYS, SUMMARY_COLUMNS, failed_row, format_report, limit_violations,
-                    ratio_of_medians, summarize, targets)
+from .stats import (MEMORY_COLUMNS, POINT_KEYS, SUMMARY_COLUMNS, failed_row, format_report,
+                    limit_violations, ratio_of_medians, summarize, targets, training_report)
 from .sweep import (BASELINES, make_points, read_summary, run_point_subprocess, run_sweep, variant_names,
                     write_results)
 from .cli import add_bench_parser
@@ -62,5 +70,6 @@ __all__ = [
     "RAW", "POINT_KEYS", "SUMMARY_COLUMNS", "variant_names", "run_point", "summarize",
     "write_results", "read_summary", "format_report", "targets", "make_points", "run_sweep",
     "run_point_subprocess", "add_bench_parser", "EvictionWarning", "RawReader", "failed_row",
-    "ratio_of_medians", "limit_violations", "host_meta", "BASELINES",
+    "ratio_of_medians", "limit_violations", "host_meta", "BASELINES", "MEMORY_COLUMNS",
+    "training_report",
 ]

@@ -23,6 +23,13 @@ def _csv_list(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
+def _epoch_steps(dataset: str, batch_size: int) -> int:
+    """Steps of one epoch of ``dataset`` at ``batch_size`` (the last one partial)."""
+    from lmdbio.format import db_file, read_meta
+
+    return max(1, -(-int(read_meta(db_file(dataset)).entries) // batch_size))
+
+
 def _cmd_bench(args) -> int:
     if args.report:
         print(format_report(read_summary(args.report)))
@@ -55,14 +62,25 @@ def _cmd_bench(args) -> int:
     caches = _csv_list(args.cache)
     if not caches or any(c not in ("warm", "cold") for c in caches):
         raise ValueError(f"--cache takes warm, cold or warm,cold; got {args.cache!r}")
-    if args.iters <= 0 or args.repeats <= 0 or args.warmup < 0:
+    if (args.iters is not None and args.iters <= 0) or args.repeats <= 0 or args.warmup < 0:
         raise ValueError("--iters and --repeats must be positive and --warmup >= 0")
     parse_storage(args.storage)
     compute = parse_compute_time(args.compute_time)
+    if args.compute is not None:
+        if compute:
+            raise ValueError("--compute (seconds per step) and --compute-time (seconds per "
+                             "sample) set the same thing: give one")
+        if not args.compute >= 0:
+            raise ValueError(f"--compute must be >= 0 seconds per step, got {args.compute}")
     model = parse_model_bytes(args.model_bytes)
-    points = make_points(datasets, variants, procs, caches, args.batch_size, args.iters,
-                         args.warmup, compute, model, args.ranks_per_node, args.readers_per_node,
-                         baselines=not args.no_lmdb, storage=args.storage)
+    points = []
+    for ds in datasets:
+        iters = args.iters or (_epoch_steps(ds, args.batch_size) if args.compute is not None
+                               else 20)
+        points += make_points([ds], variants, procs, caches, args.batch_size, iters,
+                              args.warmup, compute, model, args.ranks_per_node,
+                              args.readers_per_node, baselines=not args.no_lmdb,
+                              storage=args.storage, compute_step=args.compute)
     config = {k: v for k, v in vars(args).items() if k != "func"}
     config["argv"] = sys.argv
 
@@ -97,7 +115,9 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--procs", default="1,2,4", help="comma-separated rank counts (default 1,2,4)")
     p.add_argument("--cache", default="warm", help="warm, cold or warm,cold (default warm)")
     p.add_argument("--batch-size", type=int, default=256, help="global batch (default 256)")
-    p.add_argument("--iters", type=int, default=20, help="timed iterations per point (default 20)")
+    p.add_argument("--iters", type=int, default=None,
+                   help="timed iterations per point (default 20; with --compute, one epoch's "
+                        "steps: records / batch size)")
     p.add_argument("--warmup", type=int, default=1,
                    help="untimed batches first, rounded up to the reader's coalescing (default 1)")
     p.add_argument("--repeats", type=int, default=1, help="repeats of every point (default 1)")
@@ -116,6 +136,11 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--compute-time", default="0",
                    help="emulated compute in seconds per sample, or alexnet / resnet50 (assumed "
                         "V100-class costs, see lmdbio.lab.emulation)")
+    p.add_argument("--compute", type=float, default=None, metavar="SECONDS",
+                   help="emulated accelerator compute per step on each rank, in seconds, as "
+                        "DLIO's computation_time (stored as --compute-time SECONDS x P / "
+                        "batch size per sample); the report adds the training-loop table: AU, "
+                        "samples/s and MB/s per point, median [min-max] over repeats")
     p.add_argument("--model-bytes", default="0",
                    help="gradient bytes allreduced per iteration (e.g. 100MB), or alexnet / resnet50")
     p.add_argument("--timeout", type=float, default=600, help="seconds per point before it is "

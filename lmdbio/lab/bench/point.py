@@ -29,7 +29,10 @@ _NOT_SUMMED = {"rank", "batch", "t_start", "t_end", "is_reader", *POINT_KEYS, "r
 # The step total row's columns, from the timed loop's lmdbio.metrics.totals_row.
 _TOTAL_COLUMNS = ("wall_s", "user_s", "sys_s", "sleep_s", "vcsw", "ivcsw", "minflt", "majflt",
                   "bytes", "rank_records", "io_rchar", "io_syscr", "io_read_bytes", "t_start",
-                  "t_end")
+                  "t_end", "rss_anon_bytes", "rss_file_bytes", "rss_shmem_bytes")
+#: Timed steps each rank leaves out of the training-loop metrics (DLIO's
+#: ``metric.exclude_start_steps`` default: the first step of an epoch).
+EXCLUDE_START_STEPS = 1
 
 
 def variant_names() -> tuple[str, ...]:
@@ -101,7 +104,8 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
               compute_time: float | str = 0.0, model_bytes: int | str = 0,
               ranks_per_node: int | None = None, readers_per_node: int = 1, warmup: int = 1, *,
               repeat: int = 0, measure: bool = True, evict_tolerance: float = 0.05,
-              storage: Storage | None = None) -> list[dict]:
+              storage: Storage | None = None,
+              exclude_steps: int = EXCLUDE_START_STEPS) -> list[dict]:
     """Run one experiment point on ``comm``; collective. Rank 0 gets the rows, others ``[]``.
 
     Order: the cache is prepared first (warm: the records of every batch
@@ -129,12 +133,16 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
         measure: let the Reader record its per-phase stats (the breakdown).
         evict_tolerance: largest resident fraction a cold point may start with.
         storage: where the ranks read the dataset (default: where it is).
+        exclude_steps: timed steps each rank leaves out of the training-loop
+            metrics (``metric_*`` columns of its total row,
+            :meth:`~lmdbio.lab.bench.timed.Timing.training_window`).
     Returns:
         On rank 0, one dict per (rank, level, phase): ``level`` is ``setup``
         (reader construction), ``reader`` (the reader's own phases summed over
         the timed batches) or ``step`` (the benchmark's ``io``, ``compute``,
         ``comm``, ``barrier`` and ``total`` per rank; ``total`` carries the
-        rank's getrusage over the timed loop). Every row repeats the point's
+        rank's getrusage over the timed loop, its resident memory at the end and
+        its training-loop window's ``metric_*`` sums). Every row repeats the point's
         columns (``POINT_KEYS``, ``repeat``) and results (``point_wall_s``,
         ``setup_s``, ``first_batch_s``, ``records``, ``record_bytes``,
         resident fractions, ``evict_ok``, ``variant_used``, ``status``, ``error``).
@@ -154,6 +162,8 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
         raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
     if cache not in ("warm", "cold"):
         raise ValueError(f"cache must be 'warm' or 'cold', got {cache!r}")
+    if not isinstance(exclude_steps, int) or exclude_steps < 0:
+        raise ValueError(f"exclude_steps must be a non-negative integer, got {exclude_steps!r}")
     if variant != RAW and variant != "auto" and variant not in variant_names():
         raise ValueError(f"unknown variant {variant!r}; use one of {', '.join(variant_names())}, "
                          f"'auto' or {RAW!r}")
@@ -215,7 +225,8 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
         {"level": "step", "phase": "compute", "n": iters, "wall_s": timing.compute_s},
         {"level": "step", "phase": "comm", "n": iters, "wall_s": timing.comm_s},
         {"level": "step", "phase": "barrier", "n": 1, "wall_s": timing.barrier_s},
-        {"level": "step", "phase": "total", "n": iters, **{c: total[c] for c in _TOTAL_COLUMNS}},
+        {"level": "step", "phase": "total", "n": iters, **{c: total[c] for c in _TOTAL_COLUMNS},
+         **timing.training_window(exclude_steps)},
         {"level": "setup", "phase": "construct", "n": 1, "wall_s": setup_s},
         {"level": "setup", "phase": "warmup", "n": warm_eff, "wall_s": timing.warmup_s},
     ]

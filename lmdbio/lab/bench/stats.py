@@ -6,7 +6,8 @@ import math
 from pathlib import Path
 
 __all__ = ["POINT_KEYS", "SUMMARY_COLUMNS", "failed_row", "summarize", "medians",
-           "ratio_of_medians", "targets", "limit_violations", "format_report"]
+           "ratio_of_medians", "targets", "limit_violations", "format_report", "training_report",
+           "MEMORY_COLUMNS"]
 
 RAW = "raw"
 #: Columns that identify a point (a row of summary.csv is a point x repeat).
@@ -25,7 +26,12 @@ SUMMARY_COLUMNS = (
     "pfs_pieces", "pfs_seeks",
     "prov_check", "prov_check_s", "prov_verify_s",
     "variant_reason", "error",
+    "compute_step_s", "metric_exclude_steps", "train_au", "train_samples_per_s", "train_mb_per_s",
+    "rss_anon_bytes", "rss_file_bytes", "rss_shmem_bytes",
 )
+#: Resident memory columns of the total rows (lmdbio.metrics.memory); the summary has each
+#: one's largest value over ranks.
+MEMORY_COLUMNS = ("rss_anon_bytes", "rss_file_bytes", "rss_shmem_bytes")
 # Reader phases that are waiting for someone else, not reading.
 _WAIT_PHASES = ("wait", "stagger_wait", "ring_wait")
 _TEXT = ("status", "error", "variant_used", "variant_reason", "storage", "prov_check")
@@ -65,6 +71,17 @@ def summarize(points_df):
     ``speedup_vs_lmdb``, ``speedup_vs_lmdb_get`` and ``fraction_of_limit`` are
     :func:`ratio_of_medians` against ``lmdb``, ``lmdb-get`` and ``raw`` (the
     same on every repeat row of a point).
+
+    The training-loop report (DLIO's and MLPerf Storage's metrics) comes from
+    each rank's window that leaves out its first ``metric_exclude_steps``
+    timed steps (:meth:`~lmdbio.lab.bench.timed.Timing.training_window`):
+    ``train_au`` is the mean over ranks of compute / window wall,
+    ``train_samples_per_s`` and ``train_mb_per_s`` (10^6 bytes) are the sums
+    over ranks of the window's records and bytes per second of its wall.
+    ``compute_step_s`` is the emulated compute per step and rank
+    (``compute_time`` x ``batch_size`` / ``nprocs``). ``rss_anon_bytes``,
+    ``rss_file_bytes`` and ``rss_shmem_bytes`` are the largest over ranks at
+    the end of the timed loop (:func:`lmdbio.metrics.memory`).
     """
     import pandas as pd
 
@@ -118,6 +135,11 @@ def summarize(points_df):
         reason = first.get("variant_reason", "")
         row["variant_reason"] = "" if isinstance(reason, float) else reason
         row["au"] = row["compute_s"] / wall if wall > 0 else math.nan
+        row.update(_training_loop(total))
+        row["compute_step_s"] = (float(row["compute_time"]) * float(row["batch_size"])
+                                 / float(row["nprocs"]))
+        for col in MEMORY_COLUMNS:
+            row[col] = float(total[col].max()) if col in total else math.nan
         out.append(row)
     summary = pd.DataFrame(out)
     for col in SUMMARY_COLUMNS:
@@ -127,6 +149,18 @@ def summarize(points_df):
                      (RAW, "fraction_of_limit")):
         summary[col] = ratio_of_medians(summary, ref).to_numpy()
     return summary[list(SUMMARY_COLUMNS)]
+
+
+def _training_loop(total) -> dict:
+    """``train_au``, ``train_samples_per_s``, ``train_mb_per_s`` from the ranks' total rows."""
+    if "metric_wall_s" not in total or not total["metric_wall_s"].notna().any():
+        return {"metric_exclude_steps": math.nan, "train_au": math.nan,
+                "train_samples_per_s": math.nan, "train_mb_per_s": math.nan}
+    w = total["metric_wall_s"].astype(float)
+    return {"metric_exclude_steps": int(total["metric_exclude_steps"].iloc[0]),
+            "train_au": float((total["metric_compute_s"] / w).mean()),
+            "train_samples_per_s": float((total["metric_records"] / w).sum()),
+            "train_mb_per_s": float((total["metric_bytes"] / w).sum()) / 1e6}
 
 
 def _prov_check(g) -> dict:
@@ -223,6 +257,48 @@ def limit_violations(summary, tolerance: float = 0.10):
     return bad.groupby(keys, dropna=False)["fraction_of_limit"].first().reset_index()
 
 
+def _spread(values, fmt: str) -> str:
+    """``median [min-max]`` of ``values`` with ``fmt``; the median alone for one value."""
+    v = values.dropna().astype(float)
+    if not len(v):
+        return "n/a"
+    med = fmt.format(v.median())
+    return med if len(v) == 1 else f"{med} [{fmt.format(v.min())}-{fmt.format(v.max())}]"
+
+
+def training_report(summary) -> str:
+    """The training-loop table of points with emulated compute: one row per point (P, variant).
+
+    DLIO's and MLPerf Storage's metrics, each as ``median [min-max]`` over
+    the successful repeats: AU in percent, samples/s and MB/s (see
+    :func:`summarize`). Empty where no point emulated compute or the
+    summary predates these columns.
+    """
+    import pandas as pd
+
+    need = ("train_au", "train_samples_per_s", "train_mb_per_s", "compute_step_s")
+    if any(c not in summary for c in need):
+        return ""
+    ok = _fill_defaults(summary[(summary["status"] == "ok")
+                                & (summary["compute_time"].astype(float) > 0)].copy())
+    if ok.empty:
+        return ""
+    keys = ["dataset_name", "storage", "cache", "nprocs", "variant"]
+    rows = []
+    for key, g in ok.groupby(keys, sort=True):
+        rows.append({**dict(zip(keys, key)), "repeats": len(g), "steps": int(g["iters"].iloc[0]),
+                     "compute/step s": "{:.3g}".format(g["compute_step_s"].median()),
+                     "AU %": _spread(g["train_au"] * 100, "{:.1f}"),
+                     "samples/s": _spread(g["train_samples_per_s"], "{:,.0f}"),
+                     "MB/s": _spread(g["train_mb_per_s"], "{:,.1f}")})
+    excluded = sorted({int(x) for x in ok["metric_exclude_steps"].dropna()})
+    steps = "/".join(map(str, excluded)) or "n/a"
+    head = (f"Training loop, DLIO / MLPerf Storage style, median [min-max] over repeats; each "
+            f"rank's first {steps} timed step(s) left out\n(DLIO's exclude_start_steps). AU = "
+            "compute / wall (mean over ranks); samples/s and MB/s (10^6 bytes) summed over ranks:")
+    return head + "\n" + pd.DataFrame(rows).to_string(index=False)
+
+
 def format_report(summary) -> str:
     """The summary as fixed-width tables, medians over repeats (failures listed apart)."""
     import pandas as pd
@@ -249,6 +325,9 @@ def format_report(summary) -> str:
                 lines.append("Best LMDBIO variant per point (fraction_of_limit vs raw, speedups "
                              "vs lmdb and lmdb-get, CPU s/GB vs raw):")
                 lines.append(best.to_string(index=False))
+            loop = training_report(ok)
+            if loop:
+                lines += ["", loop]
             auto = ok[(ok["variant"] == "auto")]
             if len(auto):
                 lines.append("")

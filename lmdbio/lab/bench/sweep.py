@@ -32,8 +32,15 @@ def make_points(datasets: Sequence[str], variants: Sequence[str], procs: Sequenc
                 caches: Sequence[str], batch_size: int, iters: int, warmup: int = 1,
                 compute_time: float = 0.0, model_bytes: int = 0,
                 ranks_per_node: int | None = None, readers_per_node: int = 1,
-                baselines: bool = True, storage: str = "local") -> list[dict]:
-    """The points of a sweep; ``raw`` (and ``lmdb``, ``lmdb-get`` when ``baselines``) come first."""
+                baselines: bool = True, storage: str = "local",
+                compute_step: float | None = None) -> list[dict]:
+    """The points of a sweep; ``raw`` (and ``lmdb``, ``lmdb-get`` when ``baselines``) come first.
+
+    ``compute_step`` (seconds per step and rank, DLIO's ``computation_time``)
+    replaces ``compute_time`` (seconds per sample): each point gets
+    ``compute_step * P / batch_size`` per sample, so every rank computes
+    ``compute_step`` on its ``batch_size / P`` records of a step at any P.
+    """
     known = set(variant_names())
     base = [b for b in BASELINES if b in known] if baselines else []
     order = [RAW] + base + [v for v in variants if v not in (RAW, *base)]
@@ -44,7 +51,9 @@ def make_points(datasets: Sequence[str], variants: Sequence[str], procs: Sequenc
                 for v in order:
                     points.append({"dataset": str(ds), "variant": v, "nprocs": int(p),
                                    "cache": cache, "batch_size": batch_size, "iters": iters,
-                                   "warmup": warmup, "compute_time": compute_time,
+                                   "warmup": warmup,
+                                   "compute_time": compute_time if compute_step is None
+                                   else compute_step * p / batch_size,
                                    "model_bytes": model_bytes, "ranks_per_node": ranks_per_node,
                                    "readers_per_node": readers_per_node, "storage": storage})
     return points

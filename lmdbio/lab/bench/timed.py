@@ -179,6 +179,26 @@ class Timing:
     def comm_s(self) -> float:
         return sum(row[5] for row in self._log)
 
+    def training_window(self, exclude: int = 1) -> dict:
+        """The training-loop metrics' window, DLIO style: the timed steps after the first few.
+
+        A step is one batch: its read, then its ``train`` step. The window
+        runs from the start of step ``exclude`` (the timed loop's start when
+        ``exclude`` is 0) to the end of the last step, so the excluded steps'
+        reads and compute are outside it. From the recorded timings: ``metric_wall_s``,
+        ``metric_compute_s``, ``metric_records``, ``metric_bytes`` of the steps in it
+        (NaN wall and zeros where no step is left), and ``metric_exclude_steps``.
+        """
+        if exclude < 0:
+            raise ValueError(f"exclude must be >= 0 steps, got {exclude}")
+        kept = self._log[exclude:]
+        start = self.total["t_start"] if exclude == 0 else (kept[0][0] if kept else math.nan)
+        return {"metric_exclude_steps": exclude,
+                "metric_wall_s": self.total["t_end"] - start if kept else math.nan,
+                "metric_compute_s": sum(row[4] for row in kept),
+                "metric_records": sum(row[2] for row in kept),
+                "metric_bytes": sum(row[3] for row in kept)}
+
     def window(self, rows: list[dict]) -> list[dict]:
         """The source's per-batch rows (``stats()``) of the timed batches; no setup rows."""
         end = self.first + self.count
