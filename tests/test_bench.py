@@ -418,6 +418,12 @@ def test_cli_argument_errors(db, tmp_path, capsys):
     assert main(["bench", "--dataset", db, "--procs", "3", "--batch-size", "32", "--out", "x"]) == 1
     assert "divisible" in capsys.readouterr().err
     assert main(["bench", "--report", "/nonexistent-dir"]) == 1
+    capsys.readouterr()
+    other = tmp_path / "datasets-summary"     # a summary.csv that no bench wrote
+    other.mkdir()
+    (other / "summary.csv").write_text("dataset,records,pages\ncifar10,60000,48000\n")
+    assert main(["bench", "--report", str(other)]) == 1
+    assert "is not an lmdbio bench summary (no variant" in capsys.readouterr().err
     assert main(["bench", "--dataset", db, "--compute", "0.1", "--compute-time", "0.001",
                  "--out", str(tmp_path / "res")]) == 1
     assert "give one" in capsys.readouterr().err

@@ -299,4 +299,9 @@ def read_summary(out_dir):
     f = Path(out_dir) / "summary.csv"
     if not f.exists():
         raise FileNotFoundError(f"no summary.csv in {out_dir}; run `lmdbio bench ... --out {out_dir}`")
-    return pd.read_csv(f, keep_default_na=True)
+    df = pd.read_csv(f, keep_default_na=True)
+    missing = [c for c in ("variant", "nprocs", "cache", "status", "records_per_s") if c not in df.columns]
+    if missing:
+        raise ValueError(f"{f} is not an lmdbio bench summary (no {', '.join(missing)} column); "
+                         f"give a folder that `lmdbio bench ... --out DIR` wrote")
+    return df
