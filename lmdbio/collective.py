@@ -8,7 +8,9 @@ binomial tree of point-to-point messages (:func:`_round`), so each costs a
 rank O(log P) messages and every rank ends within its limit, naming the
 ranks that did not come. The limits come from ``LMDBIO_TIMEOUT`` and
 ``LMDBIO_EXIT_TIMEOUT``. Communicators are parameters; mpi4py itself is
-imported only where a message is sent (importing it initializes MPI).
+imported only where a message is sent (importing it initializes MPI). Given a
+:class:`lmdbio.comm.Comm` (a ``torch.distributed`` group under ``torchrun``),
+the three run that communicator's own bounded steps.
 
 A round that a rank gives up on leaves messages in flight on its
 communicator. MPI gives a freed communicator's context to the next one
@@ -78,6 +80,12 @@ def check_settings(on_error: str) -> None:
     if on_error not in ("abort", "raise"):
         where = " (from LMDBIO_ON_ERROR)" if os.environ.get("LMDBIO_ON_ERROR", "").strip() else ""
         raise ConfigurationError(f"on_error must be 'abort' or 'raise', got {on_error!r}{where}")
+
+
+def _own_steps(comm) -> bool:
+    """Whether ``comm`` is a :class:`lmdbio.comm.Comm` (it runs its own bounded steps), not
+    an mpi4py communicator. (comm.py imports this module, so the check is by its methods.)"""
+    return callable(getattr(comm, "allgather_within", None))
 
 
 def messages_sent() -> int:
@@ -369,6 +377,8 @@ def agree(comm, failed: bool, limit: float) -> tuple[bool, list[int], list[int]]
     not come. One agreement at a time per communicator; one that did not
     complete leaves messages on ``comm`` (:func:`release_comms` parks it).
     """
+    if _own_steps(comm):
+        return comm.agree(failed, limit)
     me = comm.rank
     if comm.size == 1:
         return True, [0] if failed else [], []
@@ -427,6 +437,8 @@ def collective(comm, fn: Callable, *args, **kwargs):
     not come. A rank doing long work of its own in ``fn`` counts as not
     come after that long too: raise LMDBIO_TIMEOUT for such steps.
     """
+    if _own_steps(comm):
+        return comm.collective(fn, *args, **kwargs)
     if comm.size == 1:
         return fn(*args, **kwargs)
     limit = timeout()
@@ -469,6 +481,8 @@ def allgather(comm, value: Any, limit: float | None = None, what: str = "an allg
     to what). The values travel up and down the tree: O(log P) messages per
     rank, O(P) values at rank 0.
     """
+    if _own_steps(comm):
+        return comm.allgather_within(value, limit, what)
     if comm.size == 1:
         return [value]
     limit = timeout() if limit is None else limit

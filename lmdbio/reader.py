@@ -6,18 +6,18 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-from mpi4py import MPI
 
 from .batch import Batch
-from .collective import (EXIT_TIMEOUT, abort_job, agree, allgather, check_settings, collective,
-                         default_on_error, exit_timeout, release_comms)
+from .collective import (EXIT_TIMEOUT, check_settings, collective, default_on_error, exit_timeout,
+                         release_comms)
+from .comm import PER_RANK_HINT, Comm, as_comm
 from .errors import ConfigurationError, LmdbioError, PeerError, PeerTimeoutError, SnapshotError
 from .format import db_file, read_meta
 from .metrics import PhaseRecorder, totals_snapshot, with_total
-from .options import Options, check_batch_size, parse_variant, resolve_variant
+from .options import AUTO_LOCAL, Options, check_batch_size, parse_variant, resolve_variant
 from .pipeline import EpochPlan, Iteration, Pipeline
 from .shuffle import DEFAULT_PARTITIONS, check_count, num_batches
-from .topology import Topology, check_node_args, make_topology, node_number
+from .topology import Topology, check_node_args, make_topology
 from .waiting import timeout
 
 __all__ = ["Reader", "Batch", "collective", "STATE_VERSION"]
@@ -27,7 +27,8 @@ STATE_VERSION = 1
 
 
 class Reader:
-    """Reads an LMDB from many MPI ranks; every variant delivers the same records.
+    """Reads an LMDB from many MPI ranks (or ``torchrun``'s); every variant delivers the same
+    records.
 
     Global batch t holds the records at positions ``(t*B + j) mod N`` in key
     order; rank r of P gets ``j`` in ``[r*B/P, (r+1)*B/P)``.
@@ -69,7 +70,13 @@ class Reader:
             nodes, else the index of its shared-memory node), so each node
             can read its own copy or mount (``"MNT/node{node}/cifar10"``).
         batch_size: global batch size B (a multiple of the number of ranks).
-        comm: communicator (default COMM_WORLD).
+        comm: an mpi4py communicator, a ``torch.distributed`` process group (its ranks
+            talk through a gloo group of the same ranks), or a :class:`lmdbio.comm.Comm`.
+            Default: MPI's COMM_WORLD, or under ``torchrun`` (no MPI launcher, and
+            ``torch.distributed`` initialized) the default group, with no MPI at all.
+            Without MPI only the per-rank variants read (``lmdb``, ``lmdb-get``,
+            ``lmdbio-direct``; ``auto`` picks ``lmdbio-direct``): the node-group ones
+            (LMM) share MPI-3 windows and are refused.
         variant: a name from ``lmdbio.VARIANTS`` or ``lmdbio.EXTRA_VARIANTS``
             (case-insensitive). ``"auto"`` picks by the file system the
             database lives on (:func:`lmdbio.options.choose_auto`); the
@@ -100,7 +107,7 @@ class Reader:
             :meth:`read_batch` acts on it at once.
     """
 
-    def __init__(self, path, batch_size: int, comm: MPI.Comm | None = None,
+    def __init__(self, path, batch_size: int, comm=None,
                  variant: str = "lmdbio-lmm-dio", ranks_per_node: int | None = None,
                  readers_per_node: int = 1, *, options: Options | None = None,
                  coalesce_bytes: int | None = None, stagger_size: int | None = None,
@@ -111,8 +118,9 @@ class Reader:
                  shuffle_partitions: int = DEFAULT_PARTITIONS):
         # The Reader talks on its own duplicate (its first collective call), so none of its
         # messages meets the user's or another Reader's on the same communicator.
-        self.user_comm = comm if comm is not None else MPI.COMM_WORLD
-        self.comm = comm = self.user_comm.Dup()
+        self.user_comm = as_comm(comm)
+        self.comm: Comm = self.user_comm.dup()
+        comm = self.comm
         self.rank, self.nprocs = comm.rank, comm.size
         self._closed = True
         self._in_with = False
@@ -135,30 +143,41 @@ class Reader:
                                     shuffle_partitions)
             self.batch_size = check_batch_size(batch_size, self.nprocs)
             f = db_file(str(path).replace("{node}", str(node)))
-            return (*resolve_variant(variant, options, f, chooser=self.rank == 0,
-                                     coalesce_bytes=coalesce_bytes, stagger_size=stagger_size), f)
+            opts, auto = resolve_variant(variant, options, f, chooser=self.rank == 0,
+                                         coalesce_bytes=coalesce_bytes, stagger_size=stagger_size)
+            if opts is not None and opts.localized and comm.mpi is None and auto is None:
+                raise ConfigurationError(
+                    f"variant {opts.name!r} shares a node's records through MPI-3 shared "
+                    "windows, and this job has no MPI (torch.distributed's ranks, e.g. started "
+                    f"by torchrun): use a variant whose ranks each read their own, {PER_RANK_HINT}"
+                    ", or launch with mpiexec")
+            return opts, auto, f
 
         try:
             # {node}: every rank takes part in finding node numbers if any rank needs them.
             node = None
-            if comm.allreduce(1 if "{node}" in str(path) else 0, op=MPI.MAX):
-                node = collective(comm, node_number, comm, ranks_per_node)
-            self.options, auto, self.path = collective(comm, check_args)
+            if comm.allreduce(1 if "{node}" in str(path) else 0, "max"):
+                node = comm.collective(comm.node_number, ranks_per_node)
+            self.options, auto, self.path = comm.collective(check_args)
             #: variant="auto": why this variant was chosen ("" otherwise). Rank 0's choice holds
             #: for every rank, so all read the same way.
             self.auto_reason = ""
-            if comm.allreduce(auto is not None, op=MPI.LOR):
+            if comm.allreduce(auto is not None, "lor"):
                 auto = comm.bcast(auto, root=0)
+                if comm.mpi is None and parse_variant(auto[0]).localized:
+                    auto = (AUTO_LOCAL, f"{auto[1]}; but this job has no MPI for a node's shared "
+                            f"windows (torch.distributed's ranks): {AUTO_LOCAL}, every rank "
+                            "preads its own records")
                 self.options = parse_variant(auto[0], coalesce_bytes=coalesce_bytes,
                                              stagger_size=stagger_size)
                 self.auto_reason = f"auto: {auto[1]}"
             self.variant = self.options.name
             self.per_rank = self.batch_size // self.nprocs
 
-            self.topology = (make_topology(comm, ranks_per_node, readers_per_node)
+            self.topology = (make_topology(comm.mpi, ranks_per_node, readers_per_node)
                              if self.options.localized else None)
-            self.pipe = Pipeline(self.options, comm, self.topology, self.per_rank, build_provenance,
-                                 self.epochs, prefetch)
+            self.pipe = Pipeline(self.options, comm.native, self.topology, self.per_rank,
+                                 build_provenance, self.epochs, prefetch)
             self.is_reader = self.pipe.is_reader
 
             def meta():   # rank 0 reads the meta page only (no map, no LMDB)
@@ -169,7 +188,7 @@ class Reader:
                     return m
                 return None
 
-            m = comm.bcast(collective(comm, meta), root=0)
+            m = comm.bcast(comm.collective(meta), root=0)
             self.n, self.meta = m.entries, m
             with self.rec.phase("setup", -1) as row:
                 # Every step that can fail is collective, so a failure on one rank raises on all.
@@ -203,7 +222,7 @@ class Reader:
             print(f"lmdbio: error: rank {self.rank}: {type(exc).__name__} while the Reader was being "
                   f"set up; rank(s) {self._missing} are inside a setup step that cannot time out: "
                   "aborting the job so no rank waits forever", file=sys.stderr, flush=True)
-            abort_job(self.comm, exc)
+            self.comm.abort(exc)
 
     def _open_agreed(self, tries: int = 20) -> None:
         """Open the database on the ranks that read it, all at one snapshot. Collective.
@@ -215,9 +234,9 @@ class Reader:
         p = self.pipe
         open_fn = (lambda: p.open(self.path, self.meta)) if self.is_reader else (lambda: None)
         for _ in range(tries):
-            collective(self.comm, open_fn)
+            self.comm.collective(open_fn)
             self.lock = p.locked
-            ids = self.comm.allgather(collective(self.comm, p.snapshot_id))
+            ids = self.comm.allgather(self.comm.collective(p.snapshot_id))
             got = {x for x in ids if x is not None}
             if len(got) <= 1:
                 if got:
@@ -229,7 +248,7 @@ class Reader:
                     self.n = n
                 return
             p.close_handles()
-            self.comm.Barrier()
+            self.comm.barrier(what="the snapshot's next try")
         raise SnapshotError(f"{self.path}: the ranks could not open one snapshot in {tries} tries "
                             "(a writer commits too often); try again")
 
@@ -310,8 +329,8 @@ class Reader:
                        f"iterate epoch {saved} first (reader.epoch({saved}), or "
                        f"set_epoch({saved})) to deliver the rest of it, or load the state of the "
                        "epoch you mean to read")
-        views = allgather(self.comm, (problem, e, t0, it.last, it.resume),
-                          what=f"the start of epoch {e}")
+        views = self.comm.allgather_within((problem, e, t0, it.last, it.resume),
+                                           what=f"the start of epoch {e}")
         bad = [(r, v[0]) for r, v in enumerate(views) if v[0] is not None]
         if bad:
             r, msg = bad[0]
@@ -325,7 +344,7 @@ class Reader:
                 f"rank {self.rank}: the ranks parted ways before epoch {e} ({where}): every rank "
                 "must iterate the same epochs and take the same number of batches of each "
                 "(break out of an epoch at the same batch on every rank)")
-        rows, schedule = collective(self.comm, self.pipe.start_epoch, int(e), t0, self.rec)
+        rows, schedule = self.comm.collective(self.pipe.start_epoch, int(e), t0, self.rec)
         # A resumed epoch starts at its next batch, on the chunk that holds it.
         skip = it.resume[1] if it.resume is not None and it.resume[0] == e else 0
         it.begin(token, int(e), rows, schedule, t0,
@@ -391,7 +410,7 @@ class Reader:
             point = self._resume_point(state)
         except LmdbioError as exc:
             problem = (type(exc), str(exc))
-        views = allgather(self.comm, (problem, point), what="load_state_dict()")
+        views = self.comm.allgather_within((problem, point), what="load_state_dict()")
         bad = [(r, v[0]) for r, v in enumerate(views) if v[0] is not None]
         if bad:
             r, (cls, msg) = bad[0]
@@ -475,7 +494,7 @@ class Reader:
         if self._on_error == "abort" and self.nprocs > 1:
             print(f"lmdbio: error: rank {self.rank}: {type(exc).__name__}: {exc}; "
                   "aborting the job so no rank waits forever", file=sys.stderr, flush=True)
-            abort_job(self.comm, exc)
+            self.comm.abort(exc)
 
     # ------------------------------------------------------------- results
     def stats(self) -> list[dict]:
@@ -534,7 +553,7 @@ class Reader:
     def _agree(self, failed: bool, limit: float) -> tuple[bool, list[int]]:
         """Find out within ``limit`` seconds whether every rank came and which failed (see
         :func:`lmdbio.collective.agree`); the ranks that did not come are :attr:`_missing`."""
-        present, failed_ranks, self._missing = agree(self.comm, failed, limit)
+        present, failed_ranks, self._missing = self.comm.agree(failed, limit)
         # A rank that failed or did not come may have left messages in flight (a cursor, a
         # turn, a report): then the communicators are parked at release, not freed.
         self._settled = present and (not failed_ranks or self.nprocs == 1)
@@ -553,7 +572,9 @@ class Reader:
             comms = [] if topo is None else [topo.readers_comm, topo.group_comm, topo.node_comm]
             # Freed only when nothing can be left in flight: MPI gives a freed communicator's
             # context to the next one, where a late message would be taken as new.
-            release_comms([*comms, self.comm], settled)
+            if comms:
+                release_comms(comms, settled)
+            self.comm.release(settled)
 
     def __enter__(self) -> "Reader":
         self._in_with = True

@@ -8,12 +8,15 @@ import errno
 import mmap
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import numpy as np
-from mpi4py import MPI
 
 from .errors import PeerError, PeerTimeoutError, ResourceError
 from .waiting import completes_within, timeout, wait_word, wake_word, word_address
+
+if TYPE_CHECKING:   # importing mpi4py initializes MPI: only the node-group buffers need it
+    from mpi4py import MPI
 
 __all__ = ["GroupBuffer", "prefault", "populate", "shm_free", "SHM_DIR"]
 
@@ -187,6 +190,8 @@ class GroupBuffer:
             # A reader alone in its group shares with nobody: private memory is
             # faster to read into (transparent huge pages, no shm page faults).
             return np.empty(nbytes, dtype=np.uint8)
+        from mpi4py import MPI
+
         win = MPI.Win.Allocate_shared(nbytes if self.is_reader else 0, 1, comm=self.comm)
         win.Lock_all(MPI.MODE_NOCHECK)
         return win
@@ -437,6 +442,8 @@ class GroupBuffer:
         flags = np.array([1 if in_use else 0] + [1 if _viewed(a) else 0 for _, a in parked],
                          dtype=np.int32)
         anyone = np.zeros_like(flags)
+        from mpi4py import MPI
+
         req = self.comm.Iallreduce(flags, anyone, op=MPI.MAX)
         limit = self.timeout if limit is None else limit
         if not completes_within(req, limit):
@@ -525,6 +532,8 @@ def _viewed(arrays: list) -> bool:
 
 def _world_key(comm: MPI.Comm) -> tuple:
     """The COMM_WORLD ranks of ``comm``'s processes: the same processes, the same key."""
+    from mpi4py import MPI
+
     group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
     try:
         return tuple(MPI.Group.Translate_ranks(group, list(range(comm.size)), world))

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from mpi4py import MPI
 
 from .errors import ConfigurationError
+
+if TYPE_CHECKING:   # mpi4py initializes MPI when imported: only where a communicator is made
+    from mpi4py import MPI
 
 __all__ = ["Topology", "make_topology", "node_number", "check_node_args"]
 
@@ -36,6 +39,8 @@ class Topology:
         return self.group_comm.rank == 0
 
     def free(self) -> None:
+        from mpi4py import MPI
+
         for c in (self.readers_comm, self.group_comm, self.node_comm):
             if c is not None and c != MPI.COMM_NULL:
                 c.Free()
@@ -67,6 +72,8 @@ def make_topology(comm: MPI.Comm, ranks_per_node: int | None = None,
         readers_per_node: readers per node, each serving a contiguous share
             of the node's ranks (capped at the node's size).
     """
+    from mpi4py import MPI
+
     check_node_args(ranks_per_node, readers_per_node)
     ranks_per_node = None if ranks_per_node is None else int(ranks_per_node)
     readers_per_node = int(readers_per_node)
@@ -121,6 +128,8 @@ def node_number(comm: MPI.Comm, ranks_per_node: int | None = None) -> int:
     if ranks_per_node is not None:
         check_node_args(ranks_per_node)
         return comm.rank // int(ranks_per_node)
+    from mpi4py import MPI
+
     shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
     try:
         leader = min(shared.allgather(comm.rank))

@@ -10,9 +10,12 @@
 Each item is this rank's share of one global batch: ``(images, labels)``
 tensors made with ``torch.from_numpy`` from the decoded batch (no copy), or
 the raw :class:`~lmdbio.batch.Batch` with ``decode=False``. The ranks are
-MPI's (launch with ``mpiexec``); when ``torch.distributed`` is initialized its
+MPI's (launched with ``mpiexec``: when ``torch.distributed`` is initialized its
 rank and world size must be MPI's, so DistributedDataParallel's ranks read
-their own shares. Making the dataset is collective: the ranks agree on the
+their own shares) or, under ``torchrun`` with no MPI launcher,
+``torch.distributed``'s default group (a per-rank variant: the default
+``lmdbio-direct``, ``lmdb``, ``lmdb-get`` or ``auto``; mpi4py is not
+imported). Making the dataset is collective: the ranks agree on the
 snapshot (its LMDB transaction id and record count) and the order
 (:class:`RankPlan`, plain values).
 
@@ -69,7 +72,7 @@ from .shuffle import DEFAULT_PARTITIONS, check_count, num_batches
 __all__ = ["LmdbDataset", "check_dataset_state", "RankPlan", "make_plan", "WorkerReader",
            "Position", "worker_batches", "STATE_VERSION"]
 
-#: :data:`lmdbio.reader.STATE_VERSION` (reader.py imports MPI, which workers must not).
+#: :data:`lmdbio.reader.STATE_VERSION` (workers do not import the Reader).
 STATE_VERSION = 1
 #: LMDB's reader table when nothing asks for more.
 LMDB_READERS = 126
@@ -206,21 +209,19 @@ def make_plan(comm, path, batch_size: int, *, shuffle: bool | str = False, seed:
               shuffle_block: int | None = None, shuffle_window: int = 4,
               last_batch: str = "short", shuffle_partitions: int = DEFAULT_PARTITIONS,
               ranks_per_node: int | None = None, tries: int = 20, **_reader_args) -> RankPlan:
-    """This rank's :class:`RankPlan`, with the Reader's arguments. Collective over ``comm``.
+    """This rank's :class:`RankPlan`, with the Reader's arguments. Collective over ``comm`` (an
+    mpi4py communicator, a ``torch.distributed`` group or a :class:`lmdbio.comm.Comm`).
 
     Every rank reads its file's meta page (no LMDB environment is opened); the ranks agree
     on one snapshot (txnid and record count, tried again while a writer commits between
     their reads), rank 0's mean record size gives the default shuffle block, as in the
     Reader, so the order is the one :meth:`lmdbio.Reader.epoch` delivers.
     """
-    from mpi4py import MPI
-
-    from .collective import allgather, collective, release_comms
+    from .comm import as_comm
     from .format import db_file, read_meta
     from .options import check_batch_size
-    from .topology import node_number
 
-    c = comm.Dup()
+    c = as_comm(comm).dup()
     settled = False
     try:
         def settings():
@@ -228,17 +229,15 @@ def make_plan(comm, path, batch_size: int, *, shuffle: bool | str = False, seed:
                               shuffle_partitions)
             return order, check_batch_size(batch_size, c.size)
 
-        order, batch = collective(c, settings)
+        order, batch = c.collective(settings)
         node = None
-        if c.allreduce(1 if "{node}" in str(path) else 0, op=MPI.MAX):
-            node = collective(c, node_number, c, ranks_per_node)
-        f = collective(c, db_file, str(path).replace("{node}", str(node)))
-        shared = c.Split_type(MPI.COMM_TYPE_SHARED, key=c.rank)
-        local = shared.size
-        shared.Free()
+        if c.allreduce(1 if "{node}" in str(path) else 0, "max"):
+            node = c.collective(c.node_number, ranks_per_node)
+        f = c.collective(db_file, str(path).replace("{node}", str(node)))
+        local = c.local_size()
         for _ in range(tries):
-            m = collective(c, read_meta, f)
-            views = allgather(c, (m.txnid, m.entries), what="the snapshot of an LmdbDataset")
+            m = c.collective(read_meta, f)
+            views = c.allgather_within((m.txnid, m.entries), what="the snapshot of an LmdbDataset")
             if len(set(views)) == 1:
                 break
         else:
@@ -250,11 +249,11 @@ def make_plan(comm, path, batch_size: int, *, shuffle: bool | str = False, seed:
         if order.block is None:
             order = replace(order, block=default_block(m.entries, batch, mean))
         plan = RankPlan(str(f), c.rank, c.size, batch, m.entries, m.txnid, order, local)
-        collective(c, lambda: plan.batches)   # a batch larger than the data set: every rank says so
+        c.collective(lambda: plan.batches)   # a batch larger than the data set: every rank says so
         settled = True
         return plan
     finally:
-        release_comms([c], settled)
+        c.release(settled)
 
 
 class WorkerReader:
@@ -410,7 +409,9 @@ def _dataset_class():
             path: LMDB directory or data.mdb.
             batch_size: the global batch (a multiple of the number of ranks).
             decode: yield ``(images, labels)`` tensors (True) or Batches.
-            comm: MPI communicator (default COMM_WORLD). Making the dataset is collective.
+            comm: an mpi4py communicator or a ``torch.distributed`` process group (default:
+                MPI's COMM_WORLD, or under ``torchrun`` torch.distributed's default group; see
+                :class:`lmdbio.Reader`). Making the dataset is collective.
             max_readers: LMDB's reader table that DataLoader workers open the file with
                 (default: ranks on the node x (workers + 1), at least 126).
             **reader_args: for :class:`lmdbio.Reader` (variant, shuffle, seed,
@@ -423,10 +424,10 @@ def _dataset_class():
                      variant: str = "lmdbio-direct", max_readers: int | None = None,
                      **reader_args):
             super().__init__()
-            from mpi4py import MPI
+            from .comm import as_comm
 
             self.path, self.batch_size, self.decode = path, batch_size, decode
-            self.comm = comm if comm is not None else MPI.COMM_WORLD
+            self.comm = as_comm(comm)
             self.variant, self.reader_args, self.max_readers = variant, reader_args, max_readers
             self.epoch = 0
             self.reader = None
@@ -451,7 +452,7 @@ def _dataset_class():
 
         def _check_distributed(self) -> None:
             dist = torch.distributed
-            if dist.is_available() and dist.is_initialized():
+            if self.comm.mpi is not None and dist.is_available() and dist.is_initialized():
                 got = (dist.get_rank(), dist.get_world_size())
                 if got != (self.comm.rank, self.comm.size):
                     raise ConfigurationError(

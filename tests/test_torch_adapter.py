@@ -187,3 +187,37 @@ def test_workers_name_max_readers_with_torch_installed(db):
     """tests/mpi/torch_workers.py readers on 2 ranks: a reader table too small for the workers
     is refused, naming max_readers and the readers needed."""
     _run_workers(db, "readers")
+
+
+def _torchrun(db, variant: str, *extra: str) -> subprocess.CompletedProcess:
+    """tests/mpi/torchrun_ddp.py under torch's own launcher on 4 processes, with no MPI
+    launcher in their environment."""
+    from lmdbio.comm import MPI_LAUNCHER_VARS
+
+    path = torch_path()
+    env = {k: v for k, v in os.environ.items() if k not in MPI_LAUNCHER_VARS}
+    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), path) if p),
+               PYTHONUNBUFFERED="1", LMDBIO_TIMEOUT="60")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",
+           str(ROOT / "tests" / "mpi" / "torchrun_ddp.py"), str(db), variant, *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert proc.returncode == 0 and "torchrun ddp: ok" in proc.stdout, (
+        f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}"
+        f"\n--- stderr\n{proc.stderr[-4000:]}")
+    return proc
+
+
+@pytest.mark.torch
+def test_torchrun_ddp_reads_every_record_once_with_torch_installed(db):
+    """torchrun --nproc_per_node 4, no MPI: a DDP CPU loop over LmdbDataset (lmdbio-direct)
+    with num_workers 0 and 2 gets every record once per epoch, py-lmdb's bytes; a node-group
+    variant is refused naming the ones that work; auto reads per rank."""
+    proc = _torchrun(db, "lmdbio-direct")
+    assert "refused: variant 'lmdbio-lmm-dio'" in proc.stdout
+    assert "auto: lmdbio-direct" in proc.stdout
+
+
+@pytest.mark.torch
+def test_torchrun_reads_without_mpi4py_with_torch_installed(db):
+    """The same loop (lmdb-get) with ``import mpi4py`` failing in every process."""
+    _torchrun(db, "lmdb-get", "--block-mpi4py")

@@ -122,10 +122,8 @@ class ProvOrIndex(Prov):
             return None
 
     def setup(self, comm, readers, schedule, row: dict) -> None:
-        from mpi4py import MPI
-
         self.k = schedule.k
-        use_prov = comm.allreduce(0 if self.prov is None else 1, op=MPI.MIN) == 1
+        use_prov = min(comm.allgather(self.prov is not None))
         if use_prov:
             # A sidecar is used only if every rank's share of its check passed.
             problems = comm.allgather(collective(comm, self._check_share, comm, row))
