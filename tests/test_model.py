@@ -398,7 +398,8 @@ def test_calibrate_measures_positive_costs_here(tmp_path):
     cal = run_calibration(tmp_path, records=1000, progress=False)
     for f in dataclasses.fields(cal):
         v = getattr(cal, f.name)
-        if f.name in ("batch_s", "record_s", "batch_cpu_s"):
+        if f.name in ("batch_s", "record_s", "batch_cpu_s", "batch_cpu_large_s",
+                      "batch_cpu_large16_s"):
             assert set(v) == set(FIXED_VARIANTS) and all(x > FLOOR_S for x in v.values())
         elif f.name == "pfs_inflight_source":
             assert v.startswith(("measured", "skipped")), v
