@@ -16,7 +16,7 @@ SLURM_DIR ?= build/slurm
 help:
 	@echo "make reproduce  - venv, datasets, experiments, notebooks, figures (the main job)"
 	@echo "                  SCALE=tiny|default|large CLUSTER=mpi|slurm (default: default, mpi)"
-	@echo "make test       - venv and the whole test suite (about 12 min)"
+	@echo "make test       - venv and the whole test suite but real-torch tests (about 13 min)"
 	@echo "make test-fast  - unit and small MPI tests: no notebooks, Slurm, FUSE, throttled devices,"
 	@echo "                  fuzz campaign, torch install or tests marked slow (under 2 min)"
 	@echo "make test-matrix - every combination of Reader options against py-lmdb (about 25 min);"
@@ -63,8 +63,10 @@ lock: venv
 	@{ sed -n '1,3p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable | grep -v '^lmdbio'; } \
 		> constraints.txt.new && mv constraints.txt.new constraints.txt
 
+# Everything but the PyTorch adapter's tests against real torch (a 5.4 GB CUDA build from PyPI,
+# or its CPU wheel): those are `make test-torch`.
 test: venv
-	$(BIN)/python -m pytest --durations=25 tests
+	$(BIN)/python -m pytest --durations=25 -m "not torch" tests
 
 # The inner loop: markers in pyproject.toml, the slow list in tests/conftest.py.
 FAST := not slow and not notebooks and not slurm and not fuse and not throttled and not fuzz and not torch
