@@ -16,14 +16,14 @@ from .format import db_file, read_meta
 from .metrics import PhaseRecorder, totals_snapshot, with_total
 from .options import AUTO_LOCAL, Options, check_batch_size, parse_variant, resolve_variant
 from .pipeline import EpochPlan, Iteration, Pipeline
-from .shuffle import DEFAULT_PARTITIONS, check_count, num_batches
+from .resume import STATE_VERSION, resume_point, run_state
+from .shuffle import DEFAULT_PARTITIONS, num_batches
 from .topology import Topology, check_node_args, make_topology
 from .waiting import timeout
 
 __all__ = ["Reader", "Batch", "collective", "STATE_VERSION"]
 
 #: The layout of :meth:`Reader.state_dict`'s dict; a state of another version is refused.
-STATE_VERSION = 1
 
 
 class Reader:
@@ -383,12 +383,8 @@ class Reader:
         if self._closed or self.it is None:
             raise LmdbioError("the Reader is closed: take state_dict() before close()")
         epoch, batches = self.it.position(self._epoch)
-        plan = self.pipe.epochs
-        return {"version": STATE_VERSION, "epoch": int(epoch), "batches": int(batches),
-                "batch_size": self.batch_size, "shuffle": plan.mode, "seed": int(plan.seed),
-                "block": int(plan.block), "window": int(plan.window),
-                "partitions": int(plan.partitions), "last_batch": plan.last_batch,
-                "nprocs": self.nprocs, "dataset": self._dataset_id()}
+        return run_state(self.pipe.epochs, epoch, batches, self.batch_size, self.nprocs,
+                         self.txnid, self.n)
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from ``state`` (:meth:`state_dict` of this job or an earlier one): the next
@@ -424,64 +420,16 @@ class Reader:
         self.it.resume = point
         self._epoch = point[0]
 
-    def _dataset_id(self) -> dict:
-        return {"txnid": int(self.txnid), "records": int(self.n)}
-
     def _epoch_batches(self) -> int:
         return num_batches(self.n, self.batch_size, self.pipe.epochs.last_batch)
 
     def _resume_point(self, state) -> tuple[int, int]:
         """``(epoch, batches delivered)`` of ``state``, or the error saying why this Reader
         cannot resume it."""
-        redo = ("build the Reader with the state's settings to resume it, or start the epoch "
-                "over without load_state_dict()")
-        if not isinstance(state, dict):
-            raise ConfigurationError(f"state must be a dict that Reader.state_dict() returned, "
-                                     f"got a {type(state).__name__}")
-        mine = self.state_dict()
-        missing = [k for k in mine if k not in state]
-        if missing:
-            raise ConfigurationError(
-                f"the state has no {', '.join(missing)}: pass a dict that Reader.state_dict() "
-                "returned (LmdbDataset.state_dict() holds one under 'reader')")
-        if state["version"] != STATE_VERSION:
-            raise ConfigurationError(f"the state is of version {state['version']!r}; this lmdbio "
-                                     f"reads version {STATE_VERSION}: start the epoch over "
-                                     "without load_state_dict()")
-        if state["dataset"] != mine["dataset"]:
-            ds = state["dataset"]
-            got = (f"snapshot txnid {ds.get('txnid')!r} of {ds.get('records')!r} records"
-                   if isinstance(ds, dict) else repr(ds))
-            raise SnapshotError(
-                f"the state was saved from another version of the data set ({got}); this Reader "
-                f"opened {self.path} at txnid {self.txnid} with {self.n} records. Resume on the "
-                "version the state was saved from, or start the epoch over without "
-                "load_state_dict()")
-        keys = ["batch_size", "shuffle", "last_batch"]
-        if mine["shuffle"] is not None:
-            keys += ["seed", "block", "window"]
-        if mine["shuffle"] == "elastic":
-            keys.append("partitions")
-        args = {"block": "shuffle_block", "window": "shuffle_window",
-                "partitions": "shuffle_partitions"}
-        diff = [f"{args.get(k, k)} {state[k]!r} in the state, {mine[k]!r} here"
-                for k in keys if state[k] != mine[k]]
-        if diff:
-            raise ConfigurationError(
-                f"the state does not match this Reader: {'; '.join(diff)}; {redo}")
-        if mine["shuffle"] == "shard" and state["nprocs"] != self.nprocs:
-            raise ConfigurationError(
-                f"the state was saved on {state['nprocs']!r} ranks and this Reader runs on "
-                f"{self.nprocs}: the shard order depends on the rank count. Resume on "
-                f"{state['nprocs']!r} ranks (shuffle='elastic' keeps one order on any number), "
-                "or start the epoch over without load_state_dict()")
-        epoch = check_count("the state's epoch", state["epoch"], 0)
-        total = self._epoch_batches()
-        batches = check_count("the state's batches", state["batches"], 0)
-        if batches > total:
-            raise ConfigurationError(f"the state says {batches} batches of epoch {epoch} were "
-                                     f"delivered, but an epoch here has {total}: {redo}")
-        return epoch, batches
+        return resume_point(state, self.state_dict(), what="Reader",
+                            opened=f"this Reader opened {self.path} at txnid {self.txnid} "
+                                   f"with {self.n} records",
+                            epoch_batches=self._epoch_batches())
 
     def _abandon(self) -> None:
         if self.pipe is not None:

@@ -67,13 +67,12 @@ import numpy as np
 from .batch import Batch
 from .errors import ConfigurationError, LmdbioError, SnapshotError
 from .pipeline.epoch import EpochPlan, EpochRows, default_block, epoch_rows
+from .resume import STATE_VERSION, resume_point, run_state
 from .shuffle import DEFAULT_PARTITIONS, check_count, num_batches
 
 __all__ = ["LmdbDataset", "check_dataset_state", "RankPlan", "make_plan", "WorkerReader",
            "Position", "worker_batches", "STATE_VERSION"]
 
-#: :data:`lmdbio.reader.STATE_VERSION` (workers do not import the Reader).
-STATE_VERSION = 1
 #: LMDB's reader table when nothing asks for more.
 LMDB_READERS = 126
 
@@ -148,61 +147,16 @@ class RankPlan:
 
     def state(self, epoch: int, batches: int) -> dict:
         """:meth:`lmdbio.Reader.state_dict`'s dict after ``batches`` batches of ``epoch``."""
-        e = self.epochs
-        return {"version": STATE_VERSION, "epoch": int(epoch), "batches": int(batches),
-                "batch_size": self.batch_size, "shuffle": e.mode, "seed": int(e.seed),
-                "block": int(e.block), "window": int(e.window), "partitions": int(e.partitions),
-                "last_batch": e.last_batch, "nprocs": self.nprocs,
-                "dataset": {"txnid": self.txnid, "records": self.records}}
+        return run_state(self.epochs, epoch, batches, self.batch_size, self.nprocs,
+                         self.txnid, self.records)
 
     def resume_point(self, state) -> tuple[int, int]:
         """``(epoch, batches delivered)`` of a Reader state, or the error saying why this
         plan cannot resume it (the checks of :meth:`lmdbio.Reader.load_state_dict`)."""
-        redo = ("build the dataset with the state's settings to resume it, or start the epoch "
-                "over without load_state_dict()")
-        if not isinstance(state, dict):
-            raise ConfigurationError(f"state must be a dict that Reader.state_dict() returned, "
-                                     f"got a {type(state).__name__}")
-        mine = self.state(0, 0)
-        missing = [k for k in mine if k not in state]
-        if missing:
-            raise ConfigurationError(
-                f"the state has no {', '.join(missing)}: pass a dict that Reader.state_dict() "
-                "returned (LmdbDataset.state_dict() holds one under 'reader')")
-        if state["version"] != STATE_VERSION:
-            raise ConfigurationError(f"the state is of version {state['version']!r}; this lmdbio "
-                                     f"reads version {STATE_VERSION}: start the epoch over "
-                                     "without load_state_dict()")
-        if state["dataset"] != mine["dataset"]:
-            raise SnapshotError(
-                f"the state was saved from another version of the data set ({state['dataset']!r}); "
-                f"this dataset reads {self.path} at txnid {self.txnid} with {self.records} "
-                "records. Resume on the version the state was saved from, or start the epoch "
-                "over without load_state_dict()")
-        keys = ["batch_size", "shuffle", "last_batch"]
-        if mine["shuffle"] is not None:
-            keys += ["seed", "block", "window"]
-        if mine["shuffle"] == "elastic":
-            keys.append("partitions")
-        args = {"block": "shuffle_block", "window": "shuffle_window",
-                "partitions": "shuffle_partitions"}
-        diff = [f"{args.get(k, k)} {state[k]!r} in the state, {mine[k]!r} here"
-                for k in keys if state[k] != mine[k]]
-        if diff:
-            raise ConfigurationError(
-                f"the state does not match this dataset: {'; '.join(diff)}; {redo}")
-        if mine["shuffle"] == "shard" and state["nprocs"] != self.nprocs:
-            raise ConfigurationError(
-                f"the state was saved on {state['nprocs']!r} ranks and this dataset runs on "
-                f"{self.nprocs}: the shard order depends on the rank count. Resume on "
-                f"{state['nprocs']!r} ranks (shuffle='elastic' keeps one order on any number), "
-                "or start the epoch over without load_state_dict()")
-        epoch = check_count("the state's epoch", state["epoch"], 0)
-        batches = check_count("the state's batches", state["batches"], 0)
-        if batches > self.batches:
-            raise ConfigurationError(f"the state says {batches} batches of epoch {epoch} were "
-                                     f"delivered, but an epoch here has {self.batches}: {redo}")
-        return epoch, batches
+        return resume_point(state, self.state(0, 0), what="dataset",
+                            opened=f"this dataset reads {self.path} at txnid {self.txnid} "
+                                   f"with {self.records} records",
+                            epoch_batches=self.batches)
 
 
 def make_plan(comm, path, batch_size: int, *, shuffle: bool | str = False, seed: int = 0,

@@ -288,14 +288,14 @@ def test_elastic_order_is_one_on_any_rank_count_and_resumes_on_fewer(db, tmp_pat
 @pytest.mark.mpi
 @pytest.mark.slow
 def test_elastic_node_readers_read_about_file_order_bytes(tmp_path_factory):
-    """tests/mpi/elastic_bytes.py at P = 4, 2 node readers: the window mode reads whole
+    """tests/mpi/window_bytes.py at P = 4, 2 node readers: the window mode reads whole
     windows (about twice file order's bytes per reader); elastic reads each reader's run."""
     import ast
 
     from lmdbio.datasets import make_dataset
 
     big = make_dataset(tmp_path_factory.mktemp("elastic") / "c", "cifar10", 4000, seed=2)
-    out = run_mpi("elastic_bytes.py", 4, big, 2, timeout=300)
+    out = run_mpi("window_bytes.py", 4, big, 2, "lmdbio-lmm-dio-prov-coal", timeout=300)
     got = {line.split(" reader_bytes=")[0]:
            ast.literal_eval(line.split(" reader_bytes=")[1].split(" calls=")[0])
            for line in out.stdout.splitlines() if "reader_bytes=" in line}

@@ -71,14 +71,15 @@ def test_node_reader_bytes_follow_plan_extents():
 @pytest.mark.mpi
 @pytest.mark.slow
 def test_node_reader_bytes_match_the_readers_counters(tmp_path_factory):
-    """tests/mpi/elastic_bytes.py's node readers (4 ranks, 2 per node, the full LMDBIO stack)
+    """tests/mpi/window_bytes.py's node readers (4 ranks, 2 per node, the full LMDBIO stack)
     read within 3% of the bytes node_reader_bytes gives, in as many requests when shuffled."""
     from conftest import run_mpi
     from lmdbio.datasets import make_dataset
 
     n, nprocs, rpn = 4000, 4, 2
     db = make_dataset(tmp_path_factory.mktemp("quality") / "c", "cifar10", n, seed=2)
-    out = run_mpi("elastic_bytes.py", nprocs, db, rpn, timeout=300).stdout
+    out = run_mpi("window_bytes.py", nprocs, db, rpn, "lmdbio-lmm-dio-prov-coal",
+                  timeout=300).stdout
     got = {line.split(" reader_bytes=")[0]:
            (ast.literal_eval(line.split(" reader_bytes=")[1].split(" calls=")[0]),
             ast.literal_eval(line.split(" calls=")[1].split(" records=")[0]))

@@ -1,7 +1,8 @@
 """Under mpiexec: bytes each node reader reads in a shuffled epoch, per shuffle mode.
 
-usage: window_bytes.py DB RANKS_PER_NODE VARIANT
-For file order, shuffle="window" and shuffle="shard" (same chunks and windows), every
+usage: window_bytes.py DB RANKS_PER_NODE VARIANT [PARTITIONS]
+For file order, shuffle="window", "shard" and "elastic" (over PARTITIONS canonical partitions,
+default lmdbio.shuffle.DEFAULT_PARTITIONS; the same chunks and windows), every
 rank reads epoch 1 (epoch 0 first, untimed: it builds the locator's tables) and rank 0
 prints one line per mode: ``MODE reader_bytes=[...] calls=[...] records=N``, the bytes
 and preadv calls of each reader's ``read`` phases in epoch 1 (the pipeline's counters)
@@ -14,14 +15,17 @@ import numpy as np
 from mpi4py import MPI
 
 import lmdbio
+from lmdbio.shuffle import DEFAULT_PARTITIONS
 
 db, rpn, variant = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+partitions = int(sys.argv[4]) if len(sys.argv) > 4 else DEFAULT_PARTITIONS
 comm = MPI.COMM_WORLD
 B = 8 * comm.size
 # 64-record chunks, 32 per window: a window is 2,048 records (~8 MB of overflow pages).
-SETTINGS = dict(seed=7, shuffle_block=64, shuffle_window=32, coalesce_bytes=1 << 19)
+SETTINGS = dict(seed=7, shuffle_block=64, shuffle_window=32, shuffle_partitions=partitions,
+                coalesce_bytes=1 << 19)
 bad = 0
-for mode in (False, "window", "shard"):
+for mode in (False, "window", "shard", "elastic"):
     with lmdbio.Reader(db, B, comm, variant=variant, ranks_per_node=rpn, build_provenance=True,
                        shuffle=mode, **SETTINGS) as r:
         for _ in r.epoch(0):
