@@ -146,6 +146,11 @@ def parse_variant(name: str, *, coalesce_bytes: int | None = None,
     _check_size("coalesce_bytes", coalesce_bytes, none=True)
     _check_size("stagger_size", stagger_size, none=True)
     key = name.strip().lower()
+    if coalesce_bytes == 0 and ("coal" in key.split("-") or key == "lmdbio-direct"):
+        raise ConfigurationError(
+            f"variant {name!r} with coalesce_bytes=0: a COAL variant reads at least one batch per "
+            "request; give a positive target in bytes (coalesce_bytes=1 reads one batch per "
+            "request), leave it None for the default, or name the variant without '-coal'")
     if key == "lmdb":
         return Options(localized=False)
     if key == "lmdb-get":

@@ -192,3 +192,15 @@ def test_auto_is_chosen_by_one_rank(tmp_path):
     assert (opts.name, auto) == ("lmdbio-lmm-dio", None)
     with pytest.raises(ConfigurationError, match="options must be an lmdbio.Options"):
         resolve_variant("lmdb", "lmdb", tmp_path)
+
+
+def test_coalesce_bytes_zero_on_a_coal_variant_is_refused_not_read_as_the_default():
+    """0 once silently meant the 4 MiB default for a COAL variant; it now names the choices."""
+    from lmdbio.errors import ConfigurationError
+    from lmdbio.options import parse_variant
+
+    for name in ("lmdbio-lmm-dio-prov-coal", "lmdbio-lmm-dio-prov-coal-stag", "lmdbio-direct"):
+        with pytest.raises(ConfigurationError, match="coalesce_bytes=0"):
+            parse_variant(name, coalesce_bytes=0)
+    assert parse_variant("lmdbio-lmm-dio-prov-coal", coalesce_bytes=1).coalesce_bytes == 1
+    assert parse_variant("lmdbio-lmm-dio-prov", coalesce_bytes=0).coalesce_bytes == 0
