@@ -186,7 +186,7 @@ def test_model_ratio_is_of_io_time(tmp_path):
     row = verdict(tmp_path, "C2", "model")
     assert row["value"] == pytest.approx(3.0)  # not total_s (1.33) nor per_iteration_s (1.43)
     assert (row["measured"], row["verdict"]) == ("3.00 at P=288 (band 3.00-3.00)", "yes")
-    assert "joint.csv missing" in row["why"]
+    assert "no joint.csv beside these predictions" in row["why"]
 
 
 def test_the_model_gives_one_row_per_workload_and_the_batch_reading_of_meta(tmp_path):

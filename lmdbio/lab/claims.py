@@ -321,10 +321,11 @@ def _model_frames(d: Path, workload: str) -> tuple[pd.DataFrame, pd.DataFrame | 
     return p, s
 
 
-def _band(central: pd.DataFrame, joint: pd.DataFrame | None, value: Callable[[pd.DataFrame], pd.Series]
+def _band(central: pd.DataFrame, joint: pd.DataFrame | None, value: Callable[..., pd.Series]
           ) -> pd.DataFrame:
     """value per P (central) and over the joint samples: the 5-95% band, every sample's extremes,
-    and per P a frame of the samples (their estimate columns and the value) for the deciders."""
+    and per P a frame of the samples (their estimate columns and the value) for the deciders.
+    ``value(df, index=...)`` pivots ``df`` by ``index`` (``"nprocs"``, or sample and P)."""
     c = value(central).rename("value")
     out = c.to_frame()
     out["lo"] = out["hi"] = out["smin"] = out["smax"] = out["value"]
@@ -333,11 +334,8 @@ def _band(central: pd.DataFrame, joint: pd.DataFrame | None, value: Callable[[pd
     out["frames"] = [None] * len(out)
     if joint is not None and len(joint):
         xcols = [k for k in joint.columns if k.startswith("x:")]
-        per = []
-        for i, g in joint.groupby("sample"):
-            v = value(g)
-            per.append(pd.DataFrame({"sample": i, "nprocs": v.index, "v": v.to_numpy()}))
-        per = pd.concat(per, ignore_index=True).dropna()
+        # One pivot over (sample, P) for every sample at once.
+        per = value(joint, index=["sample", "nprocs"]).rename("v").reset_index().dropna()
         xs = joint.drop_duplicates("sample").set_index("sample")[xcols]
         for p, g in per.groupby("nprocs"):
             if p not in out.index or not len(g):
@@ -380,16 +378,28 @@ def band_word(lo: float, hi: float, paper_factor: float | None) -> str:
     return "consistent"
 
 
-def _structural_ratio(central: pd.DataFrame, joint: pd.DataFrame | None, slow: str, fast: str, at: int) -> str:
+def _same_runs(central: pd.DataFrame, joint: pd.DataFrame | None, slow: str, fast: str) -> set:
+    """The process counts where ``fast`` and ``slow`` have the same I/O time in every sample and
+    the central prediction (one pivot per frame)."""
+    same = None
+    for f in [central] + ([joint] if joint is not None else []):
+        keys = ["sample", "nprocs"] if "sample" in f.columns else ["nprocs"]
+        t = f.pivot_table(index=keys, columns="variant", values="io_s")
+        if slow not in t or fast not in t:
+            return set()
+        eq = pd.Series(np.isclose(t[slow], t[fast], rtol=1e-12, atol=0), index=t.index)
+        here = set(eq.groupby(level="nprocs").all().loc[lambda x: x].index)
+        same = here if same is None else same & here
+    return same or set()
+
+
+def _structural_ratio(central: pd.DataFrame, joint: pd.DataFrame | None, slow: str, fast: str, at: int,
+                      same: set | None = None) -> str:
     """Why ``fast`` and ``slow`` are one run by construction at ``at`` (every sample and the central
-    equal), or ''. COAL with k = 1 is PROV: one reader's batch share is already >= the coalesce size."""
-    frames = [central] + ([joint] if joint is not None else [])
-    for f in frames:
-        g = f[f["nprocs"] == at]
-        keys = ["sample"] if "sample" in g.columns else []
-        t = g.pivot_table(index=keys or ["nprocs"], columns="variant", values="io_s")
-        if slow not in t or fast not in t or not np.allclose(t[slow], t[fast], rtol=1e-12, atol=0):
-            return ""
+    equal), or ''. COAL with k = 1 is PROV: one reader's batch share is already >= the coalesce size.
+    ``same`` is :func:`_same_runs`, when the caller asks for several ``at``."""
+    if at not in (same if same is not None else _same_runs(central, joint, slow, fast)):
+        return ""
     c = central[(central["nprocs"] == at) & (central["variant"] == fast)]
     k = int(c["coalesce"].iloc[0]) if "coalesce" in c.columns and len(c) else 0
     why = f"{SHORT.get(fast, fast)} and {SHORT.get(slow, slow)} are the same run at P={at:,} in every sample"
@@ -433,8 +443,8 @@ def _model_claim(workloads, slow: str, fast: str | None, col: str):
             return None
         p, s = fr
 
-        def value(df):
-            t = df.pivot_table(index="nprocs", columns="variant", values=list(dict.fromkeys([col, "total_s"])))
+        def value(df, index="nprocs"):
+            t = df.pivot_table(index=index, columns="variant", values=list(dict.fromkeys([col, "total_s"])))
             if (col, slow) not in t or (fast is not None and (col, fast) not in t):
                 return pd.Series(dtype=float)
             if fast is None:
@@ -445,7 +455,8 @@ def _model_claim(workloads, slow: str, fast: str | None, col: str):
             return None
         b["decides"] = [_deciders(f) for f in b["frames"]]
         b["above"] = [int((f["value"] >= threshold).sum()) if f is not None else 0 for f in b["frames"]]
-        b["structural"] = [(_structural_ratio(p, s, slow, fast, n) if fast is not None
+        same = _same_runs(p, s, slow, fast) if fast is not None else None
+        b["structural"] = [(_structural_ratio(p, s, slow, fast, n, same) if fast is not None
                             else _structural_share(p, s, slow, n, threshold)) for n in b.index]
         mech = p.set_index(["variant", "nprocs"])["dominant_mechanism"]
         phase = p.set_index(["variant", "nprocs"])["dominant_phase"]
@@ -689,7 +700,7 @@ def setting_dir(results_root: str | Path, notebook: str, setting: str) -> Path:
     """Where a setting's results are: ``NN_name/``, ``NN_name/gpfs/`` or ``model_prediction/``.
 
     The model setting is ``model_prediction/`` (``lmdbio model predict``: predictions and the
-    band of sensitivity.csv), except in a notebook run's own results root, where a claim
+    band of joint.csv), except in a notebook run's own results root, where a claim
     notebook's model cell wrote ``NN_name/model/`` this run (no band: its verdict says so).
     """
     if setting == "model":
@@ -883,8 +894,9 @@ def _judge(c: Claim, s: str, last) -> dict:
         else:
             verdict = band_verdict(smin, smax, thr)
             if n == 0:
-                reason = (f"{f(v)} {'>=' if v >= thr else '<'} {thr:g} (no joint samples: joint.csv "
-                          "missing; the central value alone)")
+                reason = (f"{f(v)} {'>=' if v >= thr else '<'} {thr:g} (the central value alone: no "
+                          f"joint.csv beside these predictions, as in a notebook run's own model cell; "
+                          f"the committed band is data/results/{MODEL_DIR}/joint.csv)")
             elif verdict == "yes":
                 reason = f"all {n} joint samples >= {thr:g} (lowest {f(smin)}; band 5-95% {f(lo)}-{f(hi)})"
             elif verdict == "no":
@@ -1223,8 +1235,8 @@ def split_table(results_root=COMMITTED_RESULTS, nprocs: int = SPLIT_NPROCS, *,
         at = nprocs if nprocs in set(p["nprocs"]) else int(p["nprocs"].max())
         mech = p[p["nprocs"] == at].set_index("variant")
         for paper, words, factor, slow, fast in SPLIT:
-            def value(df, slow=slow, fast=fast):
-                t = df.pivot_table(index="nprocs", columns="variant", values="io_s")
+            def value(df, index="nprocs", slow=slow, fast=fast):
+                t = df.pivot_table(index=index, columns="variant", values="io_s")
                 return t[slow] / t[fast] if slow in t and fast in t else pd.Series(dtype=float)
             b = _band(p, s, value)
             if at not in b.index:
