@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 
@@ -63,11 +64,18 @@ def validation_figure(df):
         ax.set_yscale("log")
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
-        ax.set_title(pnl)
-        ax.set_xlabel("measured (s, median of repeats; bars: min-max)")
+        ax.set_title(pnl, fontsize=10)
+        # Under a decade the log axes' minor labels ('2 x 10^-1 3 x 10^-1 ...') run into each other.
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            if hi / lo < 100:
+                axis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
     axes[0][0].set_ylabel("predicted (s)")
     axes[0][-1].legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
+    fig.supxlabel("measured (s, median of repeats; bars: min-max)", fontsize=10)
     fig.suptitle("Validation: the model against sweeps it was not fitted to", fontsize=11)
+    fig.tight_layout()
     return fig
 
 
@@ -129,7 +137,7 @@ def verdict_map_figure(maps):
             cs = ax.contour(xs, ys, z, levels=[0.0], colors="k", linewidths=1.5)
             ax.clabel(cs, fmt={0.0: f"{thr:g}x"}, fontsize=8)
         for (yi, xi), v in np.ndenumerate(t.to_numpy(float)):
-            ax.text(xs[xi], ys[yi], f"{v:.3g}", ha="center", va="center", fontsize=6)
+            ax.text(xs[xi], ys[yi], f"{v:.3g}", ha="center", va="center", fontsize=6, zorder=3)
         ax.set_xlabel(g["x_estimate"].iloc[0], fontsize=8)
         ax.set_ylabel(g["y_estimate"].iloc[0], fontsize=8)
         if len(ys) and ys.min() > 0 and ys.max() / ys.min() >= 4:
