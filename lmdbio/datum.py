@@ -541,7 +541,9 @@ def _decode_one(buf, offsets, sizes, i: int, out: np.ndarray, labels: np.ndarray
         return LmdbioError(f"record {i} holds an encoded image Pillow cannot decode ({exc})")
     if shape != out.shape[1:]:
         return LmdbioError(f"record {i} has image shape {shape}, expected {out.shape[1:]}; "
-                           "images of different sizes cannot share one array")
+                           "images of different sizes cannot share one array: decode them "
+                           "with Batch.as_datum_list(threads=N) (a list of arrays), or "
+                           "resize each with Batch.as_datum_array(size=(h, w))")
     labels[i] = d.label
     return None
 
