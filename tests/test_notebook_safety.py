@@ -46,7 +46,8 @@ def _params_index(cells) -> int:
 
 def _saved_figures(cells) -> set[str]:
     src = "\n".join(c.source for c in cells if c.cell_type == "code")
-    return set(re.findall(r'(?:save_figure|plots\.save)\(fig, "([^"]+)"', src))
+    return (set(re.findall(r'(?:save_figure|plots\.save)\(fig, "([^"]+)"', src))
+            | set(re.findall(r'show_settings\([^)]*name="([^"]+)"', src)))
 
 
 # --- where a notebook writes ----------------------------------------------------------------------

@@ -18,6 +18,7 @@ beyond             the measurements past the papers (shuffles, training, DALI)
 plots, tables      figures and tables from committed results
 scales             the notebooks' experiment sizes and result folders
 notebook_runner    runs the notebooks (papermill) and replots their figures
+lessons            the notebooks' prose checked against the results, their settings and demos
 cluster            ipyparallel engines over MPI or Slurm
 emulation          DLIO-style compute and gradient-allreduce emulation
 testing            the option matrix and the local Slurm the tests use

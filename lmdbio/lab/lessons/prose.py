@@ -1,0 +1,220 @@
+"""Prose that agrees with the data: every measured number in a notebook's text is checked.
+
+A notebook's Markdown states a measured value, or a comparison word, and
+names the fact that backs it in an HTML comment right after it (hidden when
+the notebook is rendered)::
+
+    DM is 5.3x<!-- =lmm_over_dm_local --> slower<!-- =dm_vs_lmm_local --> than LMM.
+
+``lmdbio.lab.lessons.nbNN`` (one module per notebook) defines ``FACTS``,
+a dict from a fact's name to a function of a results root (the committed
+``data/results``, or a student's ``build/scratch/NN/results``) that returns
+a number or a word. :func:`check_notebook` finds every marker, computes its
+fact from the results and compares:
+
+- a number agrees when it equals the fact rounded to the digits written
+  (``5.3x`` accepts 5.25 to 5.35; ``27%`` accepts 26.5 to 27.5, so a
+  percentage fact returns percent);
+- a word agrees when it equals the fact's word (case ignored).
+
+Every other number in the text that looks measured (a decimal, a
+percentage, a ratio ``3x``, a time or a rate) must either carry a marker or
+be a phrase of the module's ``STATIC`` dict, which maps it to its source
+(a paper, a profile file, a parameter); code spans and fenced code are not
+prose and are skipped.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from ..paths import REPO
+
+COMMITTED = REPO / "data" / "results"
+
+MARKER = re.compile(r"<!--\s*=(?P<name>[A-Za-z_][\w]*)\s*-->")
+#: Numbers that read as measured: decimals, percentages, ratios, scientific notation, times, rates.
+MEASURED = re.compile(
+    r"(?<![\w.,])(?:"
+    r"\d[\d,]*(?:\.\d+)?e[+-]?\d+"                     # 9.4e5
+    r"|\d[\d,]*\.\d+(?:\s?(?:%|x|×))?"                  # 0.19, 0.19x, 1.5%
+    r"|\d[\d,]*\s?(?:%|x\b|×)"                          # 27%, 5x
+    r"|\d[\d,]*(?:\.\d+)?\s(?:ms|µs|s|min|MB/s|GB/s|MiB/s|GiB/s|rec/s|records/s)\b"  # 60 ms
+    r")(?![\w])")
+_FENCE = re.compile(r"```.*?```", re.S)
+_CODE = re.compile(r"`[^`\n]*`")
+_LINK_TARGET = re.compile(r"\]\([^)]*\)")
+_NUMBER = re.compile(r"^~?≈?(?P<mant>\d[\d,]*(?:\.(?P<dec>\d+))?)(?:e(?P<exp>[+-]?\d+))?(?P<unit>%|x|×)?$")
+_TOKEN_STRIP_HEAD = "(*_~\"'“‘[≈"
+_TOKEN_STRIP_TAIL = ".,;:)*_\"'”’]!?"
+
+
+@dataclass(frozen=True)
+class Problem:
+    notebook: str
+    cell: int
+    text: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.notebook} cell {self.cell}: {self.detail} [{self.text}]"
+
+
+def module(notebook: str):
+    """The facts module of a notebook (``07_coal`` or a path to it): ``lmdbio.lab.lessons.nb07``."""
+    return importlib.import_module(f"{__package__}.nb{Path(str(notebook)).name[:2]}")
+
+
+def prose(cell_source: str) -> str:
+    """A Markdown cell's prose: fenced code, code spans and link targets removed."""
+    text = _FENCE.sub(" ", cell_source)
+    text = _CODE.sub(" ", text)
+    return _LINK_TARGET.sub("]", text)
+
+
+_UNITS = {"ms", "µs", "s", "min", "MB", "GB", "KiB", "MiB", "GiB", "MB/s", "GB/s", "MiB/s", "GiB/s",
+          "rec/s", "records/s", "records", "pages", "faults", "requests"}
+
+
+def _token(before: str) -> str:
+    """The number or word a marker follows; a unit after a number ("2.2 GB/s") gives the number."""
+    words = before.rstrip().rstrip("*_").rstrip().split()
+    clean = [w.lstrip(_TOKEN_STRIP_HEAD).rstrip(_TOKEN_STRIP_TAIL) for w in words[-2:]]
+    if len(clean) == 2 and clean[1] in _UNITS and _NUMBER.match(clean[0]):
+        return clean[0]
+    return clean[-1] if clean else ""
+
+
+def agrees(stated: str, value) -> bool:
+    """Whether ``stated`` (a number as written, or a word) agrees with a fact's ``value``."""
+    m = _NUMBER.match(stated.replace(" ", ""))
+    if m is None:
+        return isinstance(value, str) and stated.lower() == value.lower()
+    if isinstance(value, (bool, str)) or value is None:
+        return False
+    value = float(value)
+    if not math.isfinite(value):
+        return False
+    mant = float(m["mant"].replace(",", ""))
+    exp = int(m["exp"] or 0)
+    digits = len(m["dec"] or "")
+    tol = 0.5 * 10.0 ** (exp - digits)
+    return abs(mant * 10.0 ** exp - value) <= tol * (1 + 1e-9) + 1e-12
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def facts(notebook: str, results_root=COMMITTED) -> dict:
+    """Every fact of a notebook computed from ``results_root`` (a fact that fails gives its error)."""
+    mod = module(notebook)
+    out = {}
+    for name, fn in mod.FACTS.items():
+        try:
+            out[name] = fn(Path(results_root))
+        except Exception as e:  # a missing or malformed result is a problem, reported with its fact
+            out[name] = e
+    return out
+
+
+def check_notebook(path: str | Path, results_root=COMMITTED) -> list[Problem]:
+    """Every disagreement between a notebook's prose and the results under ``results_root``."""
+    path = Path(path)
+    nb = json.loads(path.read_text())
+    mod = module(path.name)
+    static = getattr(mod, "STATIC", {})
+    values = facts(path.name, results_root)
+    problems: list[Problem] = []
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "markdown":
+            continue
+        text = prose("".join(cell["source"]))
+        for m in MARKER.finditer(text):
+            name = m["name"]
+            stated = _token(text[:m.start()])
+            context = text[max(0, m.start() - 60):m.start()].replace("\n", " ").strip()
+            if name not in values:
+                problems.append(Problem(path.name, i, context, f"no fact named {name!r} in {mod.__name__}.FACTS"))
+                continue
+            value = values[name]
+            if isinstance(value, Exception):
+                problems.append(Problem(path.name, i, context,
+                                        f"fact {name!r} could not be computed: {type(value).__name__}: {value}"))
+            elif not agrees(stated, value):
+                problems.append(Problem(path.name, i, context,
+                                        f"states {stated!r}, the results give {_fmt(value)} (fact {name})"))
+        bare = MARKER.sub(lambda m: "\0" * len(m.group(0)), text)
+        for m in MEASURED.finditer(bare):
+            after = bare[m.end():m.end() + 12].lstrip(" *_")
+            if after.startswith("\0"):
+                continue
+            # a number followed by its unit and then the marker ("2.2 GB/s<!-- =x -->") is covered too
+            if re.match(r"^[^\s\0]{1,9}[*_]*\0", after):
+                continue
+            if any(_inside(text, m.start(), m.end(), phrase) for phrase in static):
+                continue
+            context = text[max(0, m.start() - 50):m.end() + 20].replace("\n", " ").strip()
+            problems.append(Problem(path.name, i, context,
+                                    f"{m.group(0)!r} reads as measured but has no fact marker and is not "
+                                    f"in STATIC (add <!-- =name --> after it, or its source to STATIC)"))
+    return problems
+
+
+def _inside(text: str, start: int, end: int, phrase: str) -> bool:
+    for m in re.finditer(re.escape(phrase), text):
+        if m.start() <= start and end <= m.end():
+            return True
+    return False
+
+
+def compare(notebook: str, results_root) -> pd.DataFrame:
+    """A student's run beside the committed text: each fact from the committed results and from this run."""
+    ours, committed = facts(notebook, results_root), facts(notebook, COMMITTED)
+    rows = [dict(fact=k, committed=_fmt(committed[k]), this_run=_fmt(ours[k])) for k in committed]
+    return pd.DataFrame(rows).set_index("fact")
+
+
+# Small readers the facts modules share ------------------------------------------------------
+
+@functools.lru_cache(maxsize=128)
+def _read_csv(path: str, mtime: float) -> pd.DataFrame:
+    return pd.read_csv(path)
+
+
+def csv(root: Path, rel: str) -> pd.DataFrame:
+    """``root/rel`` as a frame, read once per file version (callers must not change it); the error
+    names the file when it is missing."""
+    p = Path(root) / rel
+    if not p.exists():
+        raise FileNotFoundError(f"{p} (the notebook's results are missing; run it, or make reproduce)")
+    return _read_csv(str(p), p.stat().st_mtime)
+
+
+def claim_row(root: Path, claim: str, setting: str) -> pd.Series:
+    """One row of ``root/claims.csv`` (the committed claims when the root has none)."""
+    p = Path(root) / "claims.csv"
+    df = pd.read_csv(p if p.exists() else COMMITTED / "claims.csv")
+    rows = df[(df["claim"] == claim) & (df["setting"] == setting)]
+    if rows.empty:
+        raise KeyError(f"no row for claim {claim} in setting {setting} in {p}")
+    return rows.iloc[0]
+
+
+def word(cond: bool, yes: str, no: str) -> str:
+    """A comparison word from a condition: ``word(a > b, "slower", "faster")``."""
+    return yes if cond else no
+
+
+Fact = Callable[[Path], object]

@@ -1,0 +1,113 @@
+"""A claim in every setting, in one notebook call: :func:`show_settings`.
+
+Each claim notebook (02-10) measures its points on local disk itself, then
+the same points in the other settings: the emulated GPFS (FUSE), the
+throttled block device (root), the shared throttled target (``make
+bench-shared``, replotted only) and the scale model (seconds). What the
+settings are and why is in ``docs/storage.md``; this module is the plumbing
+that used to be five cells in every notebook.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+__all__ = ["show_settings", "measure_settings", "save_rows", "save_timelines"]
+
+SETTING_TITLES = {
+    "gpfs": "(b) emulated GPFS (FUSE, storage model)",
+    "throttled": "(b2) throttled block device (root, blkio)",
+    "shared": "(b3) one shared throttled target (make bench-shared)",
+    "model": "(c) the scale model at the papers' scale (notebook 11)",
+}
+
+
+def save_rows(out_dir: Path, rows: list[dict], meta: dict) -> None:
+    """Save bench rows (``lmdbio.lab.bench.write_results``: rows and summary)."""
+    from ..bench import write_results
+
+    write_results(out_dir, rows, meta)
+
+
+def save_timelines(out_dir: Path, rows: list[dict], meta: dict) -> None:
+    """Save per-batch timeline rows as ``rows.csv``."""
+    from ..notebook_runner import save_results
+
+    save_results(out_dir, {"rows": pd.DataFrame(rows)}, meta)
+
+
+def measure_settings(cfg: dict, *, run: bool, results: Path, datasets: Path, specs: list[dict],
+                     points: Callable[..., list[dict]], sweep: Callable, save: Callable,
+                     throttle_dataset: str, model_variants, model_workloads,
+                     results_root: Path) -> dict[str, Path]:
+    """Measure ``points`` on the emulated GPFS and the throttled device, and predict the model.
+
+    ``points(procs, iters, repeats, caches=..., rpn=...)`` builds the
+    notebook's points; ``sweep(cluster, points)`` runs them; ``save(dir,
+    rows, meta)`` writes them. A setting that cannot run here (no FUSE, not
+    root) or is not asked for (``run`` False) is read from the committed
+    results, and a line says so. Returns the folder each setting is read from.
+    """
+    from ..cluster import MPICluster
+    from ..experiments import (emulated_pfs, ensure_datasets, model_series, pfs_unavailable,
+                               settings_results, throttle_iters, throttle_unavailable, throttled_device)
+
+    results = Path(results)
+    where: dict[str, Path] = {}
+    missing = pfs_unavailable()
+    if run and missing is None:
+        with MPICluster(n=cfg["n_engines"]) as cluster:
+            ensure_datasets(cluster, specs)
+            on_gpfs = points(cfg["pfs_procs"], cfg["pfs_iters"], cfg["pfs_repeats"], caches=("cold",),
+                             rpn=cfg["pfs_ranks_per_node"])
+            with emulated_pfs(datasets, on_gpfs, cfg["pfs_profile"]) as on_gpfs:
+                rows = sweep(cluster, on_gpfs)
+        save(results / "gpfs", rows, {**cfg, "storage": "pfs:" + cfg["pfs_profile"]})
+    elif run:
+        print(f"The emulated GPFS cannot be mounted here: {missing}")
+    where["gpfs"] = settings_results(results, "gpfs", ran=run and missing is None)
+
+    missing = throttle_unavailable(cfg)
+    if run and missing is None:
+        with MPICluster(n=cfg["n_engines"]) as cluster:
+            ensure_datasets(cluster, specs)
+            on_dev = points(cfg["throttle_procs"], throttle_iters(cfg, throttle_dataset), cfg["pfs_repeats"],
+                            caches=("cold",), rpn=cfg["pfs_ranks_per_node"])
+            with throttled_device(datasets, on_dev, cfg["throttle_profile"]) as on_dev:
+                rows = sweep(cluster, on_dev)
+        save(results / "throttled", rows, {**cfg, "storage": "throttle:" + cfg["throttle_profile"]})
+    elif run:
+        print(f"The throttled device is not used here: {missing}")
+    where["throttled"] = settings_results(results, "throttled", ran=run and missing is None)
+
+    # make bench-shared (root, longer than make reproduce); python -m lmdbio.lab.claims copies its points here
+    where["shared"] = settings_results(results, "shared", ran=False)
+
+    if run:
+        model_series(results / "model", tuple(model_variants), list(model_workloads), cfg,
+                     results_root=results_root)
+    where["model"] = settings_results(results, "model", ran=run)
+    return where
+
+
+def show_settings(claim_id: str, *, results_root: Path, results: Path, figures: Path | None, meta: dict,
+                  where: dict[str, Path], name: str):
+    """Draw claim ``claim_id`` in every setting (the settings figure) and save it as ``name``.
+
+    ``where`` is what :func:`measure_settings` returned: a setting read from
+    the committed results says so in its panel.
+    """
+    from .. import claims, plots
+    from ..notebook_runner import save_figure
+
+    claim = claims.claim(claim_id)
+    results = Path(results)
+    notes = {"gpfs": "replotted from the committed results"} if where.get("gpfs") != results / "gpfs" else {}
+    notes["shared"] = "make bench-shared, replotted from the committed results"
+    fig = plots.claim_settings(claim, claims.series(claim, results_root),
+                               claims.evaluate(results_root, [claim], checks=True), meta, notes)
+    save_figure(fig, name, figures)
+    return fig
