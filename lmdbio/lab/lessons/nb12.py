@@ -107,7 +107,12 @@ def _dali_decode_rounds(root) -> int:
     return int(d.loc[d["series"] == "dali-caffe", "records_per_s"].notna().sum())
 
 
-FACTS["dali_quality_rows"] = lambda root: int((csv(root, f"{B}/shuffle_quality.csv")["mode"] == "dali-caffe").sum())
+FACTS["dali_entropy_score"] = lambda root: float(_quality(root, "dali-caffe", "entropy_score"))
+FACTS["dali_class_share_median_pct"] = lambda root: 100 * float(_quality(root, "dali-caffe", "class_share_median"))
+FACTS["dali_class_share_worst_pct"] = lambda root: 100 * float(_quality(root, "dali-caffe", "class_share_worst"))
+FACTS["dali_initial_fill"] = lambda root: int(
+    csv(root, f"{B}/shuffle_quality.csv").set_index("mode").loc["dali-caffe", "note"]
+    .split("initial_fill=")[1].split(",")[0])
 FACTS["dali_decode_rounds"] = _dali_decode_rounds
 FACTS["window_blocks"] = lambda root: int(_quality(root, "window", "window"))
 FACTS["block_records"] = lambda root: int(_quality(root, "window", "block"))
