@@ -3,8 +3,9 @@ and ``Batch.as_datum_array(size=...)`` (each image resized to one shape), each i
 against a decode of its record alone."""
 
 import io
+from pathlib import Path
+import sys
 
-import lmdb
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -15,6 +16,9 @@ from lmdbio import datum
 from lmdbio.batch import RESAMPLE, Batch
 from lmdbio.datasets import Preset, synthetic_images
 from lmdbio.errors import ConfigurationError, LmdbioError
+
+sys.path.insert(0, str(Path(__file__).parent / "mpi"))
+from stored import stored_values  # noqa: E402
 
 N, B = 60, 8
 GREY = 7   # the one grey JPEG; every other record is colour
@@ -63,12 +67,7 @@ def db(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def values(db) -> list[bytes]:
-    env = lmdb.open(str(db), readonly=True, lock=False)
-    try:
-        with env.begin() as txn:
-            return [bytes(v) for _, v in txn.cursor()]
-    finally:
-        env.close()
+    return stored_values(db)
 
 
 def _batch(values: list[bytes], picks) -> Batch:
