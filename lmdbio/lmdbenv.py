@@ -305,6 +305,12 @@ def _already_open(exc: Exception) -> bool:
     return "already open in this process" in str(exc)
 
 
+def _uses(env) -> int:
+    """How many counted uses (:func:`acquire`) of this process hold ``env`` (0: not shared)."""
+    with _LOCK:
+        return next((e[2] for e in _ENVS.values() if e[0] is env), 0)
+
+
 def begin_pinned(env, path, retries: int = 20, fd: int | None = None):
     """A read transaction on ``env`` and the meta page of the version it pins: ``(txn, meta)``.
 
@@ -318,6 +324,20 @@ def begin_pinned(env, path, retries: int = 20, fd: int | None = None):
     for _ in range(retries):
         try:
             txn = env.begin(buffers=True)
+        except lmdb.MapResizedError as exc:
+            # A writer in another process grew the data past this environment's map (it opened
+            # with a larger map_size). LMDB's answer is set_mapsize(0), which remaps: safe only
+            # while no read transaction of this process uses the map, i.e. this is its one use.
+            if _uses(env) != 1:
+                raise LmdbioError(
+                    f"{path}: a writer grew the database past this process's map while another "
+                    "reader here holds it open; close the other readers of this file (Reader, "
+                    "Snapshot) and open again") from exc
+            try:
+                env.set_mapsize(0)
+            except lmdb.Error as again:
+                raise lmdb_error(again, path, "adopting the map size a writer grew") from exc
+            continue
         except lmdb.Error as exc:
             raise lmdb_error(exc, path, "beginning a read transaction") from exc
         tid = txn.id()

@@ -306,3 +306,44 @@ def test_a_file_damaged_after_its_walk_is_walked_again(tmp_path, monkeypatch):
         f.write(b"\xff" * 16)
     with pytest.raises(LmdbFormatError):
         check_tree(path)
+
+
+
+GROW = textwrap.dedent("""
+    import lmdb, sys
+    env = lmdb.open(sys.argv[1], map_size=1 << 27, lib_version=int(sys.argv[2]))
+    with env.begin(write=True) as txn:
+        for i in range(600):
+            txn.put(b"g%05d" % i, bytes([i % 251]) * 40000)
+    env.close()
+""")
+
+
+@pytest.mark.parametrize("fmt_name", ["0.9", "1.0"])
+def test_a_reader_opened_before_a_writer_grew_the_map_adopts_it(tmp_path, fmt_name):
+    """This process opens the file at its small size; another process opens it with a larger
+    map_size and writes 24 MB past it. The next read transaction meets MDB_MAP_RESIZED: with the
+    environment used once, it adopts the new size and sees the writer's records; with a second
+    use holding it, it refuses with an error that says what to do (a remap would pull the map
+    from under the other reader)."""
+    from lmdbio.errors import LmdbioError
+    from lmdbio.lmdbenv import acquire, begin_pinned
+
+    path = make_db(tmp_path / "db", [(b"%04d" % i, b"v" * 100) for i in range(50)], fmt=fmt_name,
+                   map_size=1 << 20)
+    lib = str(0 if fmt_name == "0.9" else 1)
+    one = acquire(path)
+    other = acquire(path)          # a second use (another Reader or Snapshot of this file)
+    try:
+        subprocess.run([sys.executable, "-c", GROW, str(path), lib], check=True, timeout=60)
+        with pytest.raises(LmdbioError, match="another reader here holds it open"):
+            begin_pinned(one.env, one.path, fd=one.fd)
+        other.release()
+        txn, meta = begin_pinned(one.env, one.path, fd=one.fd)
+        try:
+            assert txn.stat()["entries"] == 650 and meta.txnid == txn.id()
+        finally:
+            txn.abort()
+    finally:
+        other.release()
+        one.release()
