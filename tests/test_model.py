@@ -405,6 +405,9 @@ def test_calibrate_measures_positive_costs_here(tmp_path):
             assert v.startswith(("measured", "skipped")), v
         elif f.name == "pfs_inflight":
             assert (v >= 0.5 and v < 64) if v == v else cal.pfs_inflight_source.startswith("skipped")
+        elif f.name == "disk_read_overlap":
+            # A share, clipped to 0-1: 0 (nothing hidden) is a measurement, not a clamp.
+            assert math.isfinite(v) and 0.0 <= v <= 1.0, f"{f.name} = {v}: not a share"
         else:
             # Strictly above the floor the fits clamp to (v > 0 could not fail on a clamped value).
             floor = FLOOR_PER_BYTE_S if f.name.endswith("byte_s") or f.name == "mpi_beta_s" else FLOOR_S
