@@ -247,11 +247,18 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
             if n - faults > 1e-9:
                 streams += [Stream(node=j // rdr, n=n - faults, size=size, depth=depth,
                                    offset=int(j * g * f + faults * size)) for j in range(R)]
+            # The walk's read-around at its range's edges (block devices; mech.edge_readaround):
+            # one window more per reader, read alongside the advised reads.
+            W_edge = int(mech.edge_readaround(R, ra)) if not pfs else 0
+            if W_edge:
+                streams += [Stream(node=j // rdr, n=1, size=W_edge,
+                                   offset=max(0, int(j * g * f) - W_edge // 2)) for j in range(R)]
+            info["edge_readaround_bytes"] = float(W_edge)
             times, c = run_phase(profile, nodes, streams, budget, cache_bytes=pool)
             add_counters(c)
             turns = times[:R] if faults > 0 else [0.0] * R
-            t_adv = max(times[R:] if faults > 0 else times, default=0.0)
-            fcpu = faults * mech.fault_cpu(1, cal.page_fault_s, cal.handoff_s)
+            t_adv = max(times[R if faults > 0 else 0:], default=0.0)
+            fcpu = (faults + (1 if W_edge else 0)) * mech.fault_cpu(1, cal.page_fault_s, cal.handoff_s)
             reader_cpu += fcpu
             ring = sum(walk_cpu + fcpu + x + (alpha if R > 1 else 0.0) for x in turns)
             own = walk_cpu + fcpu + turns[-1]
