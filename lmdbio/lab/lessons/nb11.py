@@ -84,6 +84,9 @@ FACTS: dict = {
     "throttled_meeting": _meeting("throttled", "cold"),
     "shared_meeting": _meeting("shared", "cold"),
     "local_cold_worst_pct": lambda root: 100 * float(_criterion(root, "local disk", "cold")["worst_median_abs_error"]),
+    # The worst cold local variant's short name (lmdbio-lmm-dio -> LMM-DIO).
+    "local_cold_worst_label": lambda root: str(
+        _criterion(root, "local disk", "cold")["worst_variant"]).removeprefix("lmdbio-").upper(),
     "local_cold_worst_signed_pct": lambda root: 100 * float(
         _criterion(root, "local disk", "cold")["worst_median_signed_error"]),
     # Whether the model predicts the local points too slow (both caches' worst variants over-predict).
