@@ -16,7 +16,7 @@ SLURM_DIR ?= build/slurm
 help:
 	@echo "make reproduce  - venv, datasets, experiments, notebooks, figures (the main job)"
 	@echo "                  SCALE=tiny|default|large CLUSTER=mpi|slurm (default: default, mpi)"
-	@echo "make test       - venv and the whole test suite but real-torch tests (about 13 min)"
+	@echo "make test       - venv and the whole test suite but real-torch tests (24-34 min on a 2-core VM)"
 	@echo "make test-fast  - unit and small MPI tests: no notebooks, Slurm, FUSE, throttled devices,"
 	@echo "                  fuzz campaign, torch install or tests marked slow (under 2 min)"
 	@echo "make test-matrix - every combination of Reader options against py-lmdb (about 25 min);"
