@@ -308,7 +308,6 @@ def test_a_file_damaged_after_its_walk_is_walked_again(tmp_path, monkeypatch):
         check_tree(path)
 
 
-
 GROW = textwrap.dedent("""
     import lmdb, sys
     env = lmdb.open(sys.argv[1], map_size=1 << 27, lib_version=int(sys.argv[2]))

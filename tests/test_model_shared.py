@@ -159,7 +159,8 @@ def test_dm_edge_readaround_is_one_window_per_reader_on_block_devices_only():
     # window per reader.
     assert 4 * ra <= four["storage_bytes"] - one["storage_bytes"] <= 6 * ra
     # A PFS profile's mmap faults are its daemon's: no edge read-around there.
-    gpfs = predict_point(load_platform("bebop"), load_platform("bebop").workloads[0], "lmdbio-lmm-dm", 288, CAL)
+    bebop = load_platform("bebop")
+    gpfs = predict_point(bebop, bebop.workloads[0], "lmdbio-lmm-dm", 288, CAL)
     assert gpfs.get("edge_readaround_bytes", 0.0) == 0.0
 
 
@@ -169,8 +170,9 @@ def test_dm_storage_requests_agree_with_the_counters_of_the_committed_device_swe
     edge read-around they were 35% low (512 against 797 at P = 16 on the shared target)."""
     from lmdbio.lab.model.calibrate import load_calibration
     from lmdbio.lab.model.validate import find_summaries, validate
+    from lmdbio.lab.paths import REPO
 
-    sums = find_summaries(["data/results/shared", "data/results/throttled"])
+    sums = find_summaries([REPO / "data" / "results" / "shared", REPO / "data" / "results" / "throttled"])
     if not sums:
         pytest.skip("no committed shared-target or throttled sweeps")
     df = validate(sums, "this-machine", load_calibration())
