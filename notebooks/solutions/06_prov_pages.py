@@ -7,6 +7,7 @@ first open of a sidecar checks it against the file (``prov_check_pages``) and st
 open of the same file version walks nothing.
 """
 import os
+import shutil
 import tempfile
 
 from mpi4py import MPI
@@ -36,6 +37,9 @@ for n, path in zip(SIZES, paths):
         walked = comm.allreduce(sum(r.get("pages_read", 0) for r in setup))
         checked = comm.allreduce(sum(r.get("prov_check_pages", 0) for r in setup))
         result[n, label] = (walked, checked)
+comm.Barrier()
+if comm.rank == 0:
+    shutil.rmtree(os.environ["LMDBIO_CACHE"])   # the fresh stamp cache goes with the run
 
 if comm.rank == 0:
     print(f"{'records':>7s}  {'setup':16s} {'index pages walked':>18s} {'sidecar pages checked':>21s}")
