@@ -728,7 +728,7 @@ def save_calibration(cal: Calibration, out_dir: str | os.PathLike = DEFAULT_DIR,
         values["pfs_inflight"] = None
     (out / "calibration.json").write_text(json.dumps(
         {"values": values, "units": cal.units(), "how": HOW}, indent=2) + "\n")
-    write_results_meta(out, config or {}, files=["calibration.json", "requests_per_read.csv", "walk_reads.csv"],
+    write_results_meta(out, config or {}, files=["calibration.json", "requests_per_read.csv", "walk_reads.csv", "leaf_cut.csv"],
                        note="microbenchmarks on this machine only; no number from the papers")
     return out
 

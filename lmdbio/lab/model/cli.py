@@ -72,6 +72,10 @@ def _cmd_calibrate(args) -> int:
     except ThrottleUnavailable as exc:
         print(f"lmdbio: walk reads not measured ({exc}); the committed walk_reads.csv stays",
               file=sys.stderr)
+    # What cached leaf pages cost DIO's reads on this disk (no root needed).
+    from .leafcut import measure as measure_leaf_cut
+
+    pd.DataFrame(measure_leaf_cut(workdir=args.workdir)).to_csv(Path(out) / "leaf_cut.csv", index=False)
     if max(load0, load1) > 0.5 * cal.cores:
         print(f"lmdbio: warning: load average {max(load0, load1):.1f} on {cal.cores} cores while "
               "calibrating; costs may be inflated - rerun on an idle machine", file=sys.stderr)

@@ -120,6 +120,10 @@ class Platform:
     #: for a storage profile ``shared:*`` its measured requests per read, K-faulters curve and node
     #: device limits replace the formula, the throttled device's curve and the profile's guesses.
     shared_probe: str = ""
+    #: What cached leaf pages cost a cold explicit read on the local disk (a leaf_cut.csv path,
+    #: ``python -m lmdbio.lab.model.leafcut``; '' = each piece of DIO's cut reads a request of its
+    #: own, one after another). Used for storage ``disk`` only.
+    leaf_cut: str = ""
     #: DM's speculation as the fixed code issued it (a speculation summary.csv path with
     #: touched, missed and extra pages; '' = every page speculated, none missed).
     speculation: str = ""
@@ -229,6 +233,7 @@ def load_platform(name_or_path: str | os.PathLike) -> Platform:
             faulters=str(raw.get("faulters", "")),
             requests_per_read=str(raw.get("requests_per_read", "")),
             speculation=str(raw.get("speculation", "")),
+            leaf_cut=str(raw.get("leaf_cut", "")),
             shared_probe=str(raw.get("shared_probe", "")),
             pagepool=int(raw.get("pagepool", 0)),
             ranges=_ranges(raw.get("ranges", {}), where),

@@ -100,6 +100,13 @@ def _requests_curve(path: str):
 
 
 @lru_cache(maxsize=8)
+def _leaf_cut(path: str):
+    from .leafcut import load
+
+    return load(path)
+
+
+@lru_cache(maxsize=8)
 def _shared_probe(path: str):
     from .sharedprobe import load_probe
 
@@ -339,10 +346,19 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
             # DIO: the index pass left node 0's leaf pages in its page cache; they cut its readers'
             # reads (Linux's readahead, measured on a block device: not for a PFS profile).
             n0, size0, depth0 = n, size, depth
+            cut_factor = None
             if o.locate == "index" and not pfs:
                 cut = mech.leaf_pieces(chunk / extents, rpl * f)
                 n0, size0, depth0 = reads(chunk / extents / cut)
                 n0 *= cut * extents
+                # On the local disk the pieces' time is measured (leafcut: one readahead pass
+                # submits them all before the reader waits): the plain read's time times the
+                # measured cached / plain factor; the cut still counts its requests.
+                if platform.storage == "disk" and platform.leaf_cut:
+                    from .leafcut import ratio_at
+
+                    cut_factor = ratio_at(chunk / extents, _leaf_cut(platform.leaf_cut))
+                    info["leaf_cut_factor"] = cut_factor
             groups = mech.stagger_groups(R, o.stagger_size) if o.staggered else [R]
             durations = {}
             for gsize in sorted(set(groups)):
@@ -353,6 +369,10 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
                 used = max(1, min(nodes, math.ceil(gsize / rdr)))
                 durations[gsize], c = _phase_time(profile, used, streams, budget, pool)
                 add_counters(c, groups.count(gsize) / k)
+                if cut_factor is not None:
+                    plain = [Stream(node=j // rdr, offset=int(j * chunk), n=n, size=size, depth=depth)
+                             for j in range(gsize)]
+                    durations[gsize] = cut_factor * _phase_time(profile, used, plain, budget, pool)[0]
             turn = sum(durations[x] for x in groups[:-1]) + (len(groups) - 1) * alpha
             ph["read"] += mech.overlapped(durations[groups[-1]] / k, cpu, ra, hide)
             ph["wait"] += turn / k
