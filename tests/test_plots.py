@@ -137,6 +137,16 @@ def test_every_figure_kind_saves_png_and_svg(tmp_path):
         assert png.stat().st_size > 1000 and svg.stat().st_size > 1000
 
 
+def test_a_figure_saved_twice_gives_the_same_svg(tmp_path):
+    # A replot of unchanged results must leave the committed SVGs as they are.
+    fig = plots.scaling(_summary(), META)
+    fig.axes[0].set_clip_on(True)
+    first = plots.save(fig, "same", tmp_path / "a")[1].read_bytes()
+    second = plots.save(fig, "same", tmp_path / "b")[1].read_bytes()
+    assert b"clip-path" in first and b"<dc:date>" not in first
+    assert first == second
+
+
 def test_load_names_the_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="RUN=True"):
         plots.load(tmp_path, "summary.csv")
