@@ -4,6 +4,7 @@ collective protocol (arguments and ``auto``, topology, snapshot agreement, bound
 from __future__ import annotations
 
 import sys
+import warnings
 
 import numpy as np
 
@@ -98,7 +99,9 @@ class Reader:
             default 64, in place of the ranks: one order at any rank count; node readers
             read only their part of each window where their ranks' positions are whole
             partitions, see :mod:`lmdbio.shuffle`).
-        prefetch: batches it reads ahead in a thread (:mod:`lmdbio.pipeline.prefetch`).
+        prefetch: batches an epoch's iterator reads ahead in a thread
+            (:mod:`lmdbio.pipeline.prefetch`); :meth:`read_batch` reads each batch
+            when asked, and warns once that it does not read ahead.
         on_error: what a rank that fails alone does (see above): ``"abort"``
             ends the whole job; ``"raise"`` raises on that rank only (the
             others stop at their timeout). Default: ``$LMDBIO_ON_ERROR`` or
@@ -204,6 +207,7 @@ class Reader:
             self._release()   # every rank gets here together: each failing step is collective
             raise
         self._closed = False
+        self._told_no_prefetch = False   # read_batch() with prefetch > 0: said once
 
     def _interrupted_setup(self, exc: BaseException) -> None:
         """Ctrl-C (or another BaseException) hit this rank between two collective setup steps.
@@ -261,6 +265,11 @@ class Reader:
             raise ConfigurationError(
                 f"epoch {self.it.live.number} is in progress on this Reader: take its batches from its "
                 "iterator, or close that iterator (it.close()) before calling read_batch()")
+        if self.pipe.depth and not self._told_no_prefetch:
+            self._told_no_prefetch = True
+            warnings.warn(f"prefetch={self.pipe.depth} reads ahead in an epoch's iterator only "
+                          "(for batch in reader.epoch(e)); read_batch() reads each batch when asked",
+                          stacklevel=2)
         return self._next()
 
     def _next(self) -> Batch:

@@ -156,3 +156,20 @@ def test_where_reading_goes_on_is_the_same_however_far_each_thread_got():
     # The fast thread filled its queue (2) and read one more; the slow one read only batch 0.
     assert ends["fast"] == (4, 4) and ends["slow"][0] == 1
     assert ends["slow"][1] == ends["fast"][1] == 4
+
+
+def test_read_batch_says_once_that_it_does_not_read_ahead(db):
+    import warnings
+
+    with lmdbio.Reader(db, 8, MPI.COMM_SELF, variant="lmdbio-direct", prefetch=2) as r:
+        with pytest.warns(UserWarning, match=r"prefetch=2 reads ahead in an epoch's iterator only"):
+            first = r.read_batch()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            second = r.read_batch()          # said once only
+            assert len(next(iter(r.epoch(0)))) == 8
+    assert len(first) == len(second) == 8
+    with lmdbio.Reader(db, 8, MPI.COMM_SELF, variant="lmdbio-direct") as r:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            r.read_batch()                   # nothing to say without prefetch
