@@ -653,3 +653,15 @@ def test_compare_runs_names_the_verdicts_that_differ(tmp_path, capsys):
     assert "2 of 3 measured verdicts differ" in out
     assert "C2          gpfs      no (1.1 at P=8) -> yes (1.3 at P=8)" in out
     assert len(pd.read_csv(tmp_path / "cmp.csv")) == 3
+
+
+def test_the_split_sets_each_paper_factor_only_against_the_workloads_it_was_stated_for():
+    split = claims.split_table(COMMITTED_RESULTS, fallback=False)
+    if split.empty:
+        pytest.skip("no committed model predictions")
+    poster = split[split["paper"] == "Poster 2018"]
+    # The poster's 77x is CIFAR10-Large-AlexNet's: no ImageNet row is judged against it.
+    assert set(poster["workload"]) == {claims.CIFAR}
+    assert set(split[split["paper"] == "TOPC 2019"]["workload"]) == {claims.CIFAR, claims.IMAGENET}
+    assert (split.drop_duplicates(["workload", "ratio", "paper", "paper_claim"]).shape[0]
+            == split.shape[0])
