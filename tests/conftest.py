@@ -109,12 +109,14 @@ def _session_cache():
 
 @pytest.fixture(scope="session", autouse=True)
 def _no_leftover_mpich_segments():
-    """Remove the ``/dev/shm/mpich_shm_*`` segments this run's MPI jobs left behind.
+    """Remove the ``/dev/shm/mpich_shm_*`` segments and the ``hydra_hwloc_xmlfile_*`` topology
+    files in the temporary folder that this run's MPI jobs left behind.
 
     Tests that kill or abandon ranks on purpose (lost peers, aborts, killed
-    clients) end processes without ``MPI_Finalize``, and MPICH leaves their
-    shared-memory segments. Only segments new since the session started and
-    mapped by no live process are removed.
+    clients, timeouts) end processes without ``MPI_Finalize``, and MPICH
+    leaves their shared-memory segments; a killed proxy leaves its topology
+    file. Only files new since the session started and mapped or held open by
+    no live process are removed.
     """
     from lmdbio.lab.cluster import mpich_segments, remove_orphan_segments
 

@@ -317,13 +317,49 @@ def test_hung_ranks_stop_the_cluster_and_leave_no_segment():
         files = _engine_shm(c)
         dogs = _watchdogs(pids)
         assert len(dogs) == 2
+        topo = set().union(*(C.hydra_files(C.parent_pid(p)) for p in pids))
+        assert len(topo) == 1, "the engines' proxy holds its topology file"
         with pytest.raises(C.EngineFailure, match="rank 0 failed"):
             c.run(_raise_on_rank0_others_wait, 2)
         assert c.view is None
     assert _gone(pids) == []
-    assert [f for f in files if Path(f).exists()] == []
+    assert [f for f in files | topo if Path(f).exists()] == []
     assert c.left_behind == []
     assert _gone(dogs) == [], "a watchdog outlived what it watched"
+
+
+@pytest.mark.mpi
+def test_a_killed_jobs_topology_file_is_removed_as_an_orphan():
+    """A proxy killed with its job leaves hydra_hwloc_xmlfile_* in the temporary folder (as
+    SIGKILLed jobs of the tests did); remove_orphan_segments removes it, once nothing holds it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    before = C.mpich_segments()
+    job = subprocess.Popen([C.mpiexec(), "-n", "2", sys.executable, "-c",
+                            "from mpi4py import MPI; import time; time.sleep(60)"],
+                           start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30   # a bound on the job's start, not a timing assert
+        new = set()
+        while not new and time.monotonic() < deadline:
+            time.sleep(0.2)
+            new = {f for f in C.mpich_segments() - before if f.name.startswith("hydra_hwloc_xmlfile_")}
+        assert len(new) == 1, "the job's proxy made no topology file"
+        assert C.remove_orphan_segments(before, wait_s=0) & new == set(), "removed while held open"
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    deadline = time.monotonic() + 10
+    while any(p.name.isdigit() and any(str(f) in C.hydra_files(p.name) for f in new)
+              for p in Path("/proc").iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(f.exists() for f in new), "the killed proxy left its file (MPICH's behaviour)"
+    assert C.remove_orphan_segments(before) >= new
+    assert not any(f.exists() for f in new)
 
 
 CLIENT = """

@@ -42,11 +42,11 @@ engine records, MPICH segments).
 
 from __future__ import annotations
 
-from .engines import (ENGINE_ENV, engine_process, mpich_segments, mpiexec,
+from .engines import (ENGINE_ENV, engine_process, hydra_files, mpich_segments, mpiexec, parent_pid,
                       remove_orphan_segments, shm_files)
 from .mpicluster import EngineFailure, MPICluster, run_on_engines
 from .slurm import SLURM_CONFIG, slurm_settings
 
 __all__ = ["MPICluster", "run_on_engines", "slurm_settings", "SLURM_CONFIG", "EngineFailure",
-           "mpiexec", "engine_process", "shm_files", "mpich_segments",
+           "mpiexec", "engine_process", "shm_files", "hydra_files", "parent_pid", "mpich_segments",
            "remove_orphan_segments", "ENGINE_ENV"]
