@@ -665,3 +665,20 @@ def test_the_split_sets_each_paper_factor_only_against_the_workloads_it_was_stat
     assert set(split[split["paper"] == "TOPC 2019"]["workload"]) == {claims.CIFAR, claims.IMAGENET}
     assert (split.drop_duplicates(["workload", "ratio", "paper", "paper_claim"]).shape[0]
             == split.shape[0])
+
+
+def test_a_model_value_outside_its_own_band_says_so():
+    df = pd.read_csv(COMMITTED_RESULTS / "claims.csv")
+    model = df[(df["setting"] == "model") & df["band_low"].notna() & df["value"].notna()]
+    if model.empty:
+        pytest.skip("no committed model rows")
+    outside = (model["value"] < model["band_low"]) | (model["value"] > model["band_high"])
+    for r in model.itertuples():
+        said = "the central estimates give" in r.why
+        assert said == bool(outside[r.Index]), (r.claim, r.value, r.band_low, r.band_high, r.why)
+    # And the split table's rendering names each such row under the table.
+    text = claims.render_split(COMMITTED_RESULTS)
+    split = pd.read_csv(COMMITTED_RESULTS / "claims_split.csv")
+    off = split[(split["model_factor"] < split["band_low"]) | (split["model_factor"] > split["band_high"])]
+    for r in off.itertuples():
+        assert f"{r.workload} {r.ratio}: the central estimates give" in text
