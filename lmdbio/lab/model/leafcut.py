@@ -33,11 +33,12 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 from ..paths import REPO
 
@@ -51,30 +52,11 @@ LENGTHS = (256 << 10, 1 << 20, 4 << 20)
 STRIDE_PAGES = 75
 
 
-def _device_stat(path: Path):
-    """``(reads completed, bytes read)`` of the block device holding ``path``, or None."""
-    st = os.stat(path)
-    try:
-        fields = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/stat").read_text().split()
-        return int(fields[0]), int(fields[2]) * 512
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _pieces(offset: int, length: int, stride: int) -> int:
-    """Runs of the read between the pages cached at every ``stride``-th page number."""
-    first, last = offset // PAGE, (offset + length - 1) // PAGE
-    cached = [p for p in range(first - first % stride, last + 1, stride) if p >= first]
-    runs, start = 0, first
-    for p in cached + [last + 1]:
-        if p > start:
-            runs += 1
-        start = p + 1
-    return runs
-
-
 def measure(lengths=LENGTHS, repeats: int = 15, workdir=None, stride: int = STRIDE_PAGES) -> list[dict]:
     """Rows ``{length, kind, repeat, offset, pieces, wall_s, requests, bytes}``, one cold read each."""
+    from ..storage.devices import file_device_counters
+    from .sharedprobe import cached_pages, pieces, pread_all
+
     if repeats < 1 or not lengths:
         raise ValueError("measure needs at least one length and one repeat")
     root = Path(workdir) if workdir is not None else REPO / "build"
@@ -104,27 +86,19 @@ def measure(lengths=LENGTHS, repeats: int = 15, workdir=None, stride: int = STRI
         try:
             for rep, L, kind, off in plan:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                pieces = 1
-                if kind == "cached":
-                    first, last = off // PAGE, (off + L - 1) // PAGE
-                    for p in range(first - first % stride, last + 1, stride):
-                        if p >= first:
-                            os.pread(fd, PAGE, p * PAGE)
-                    pieces = _pieces(off, L, stride)
-                before = _device_stat(path)
+                if kind == "cached":   # the leaf pages first, as DIO's index pass reads them
+                    for p in cached_pages(L, off, stride):
+                        os.pread(fd, PAGE, p * PAGE)
+                before = file_device_counters(path)
                 t0 = time.perf_counter()
-                got = 0
-                while got < L:
-                    b = os.pread(fd, L - got, off + got)
-                    if not b:
-                        break
-                    got += len(b)
+                pread_all(fd, off, L)
                 wall = time.perf_counter() - t0
-                after = _device_stat(path)
-                reqs = after[0] - before[0] if before and after else float("nan")
-                nbytes = after[1] - before[1] if before and after else float("nan")
+                after = file_device_counters(path)
+                seen = before is not None and after is not None
                 rows.append({"length": L, "kind": kind, "repeat": rep, "offset": off, "stride": stride,
-                             "pieces": pieces, "wall_s": wall, "requests": reqs, "bytes": nbytes})
+                             "pieces": pieces(L, off, stride) if kind == "cached" else 1, "wall_s": wall,
+                             "requests": after["read_ios"] - before["read_ios"] if seen else float("nan"),
+                             "bytes": after["read_bytes"] - before["read_bytes"] if seen else float("nan")})
         finally:
             os.close(fd)
     finally:
@@ -135,19 +109,11 @@ def measure(lengths=LENGTHS, repeats: int = 15, workdir=None, stride: int = STRI
 def load(path=DEFAULT_CSV) -> tuple[tuple[int, float, float, float], ...]:
     """``((L, ratio, low, high), ...)``: per length, the median cached time over the median plain
     time, and the range of the repeats' own cached / plain ratios."""
-    import pandas as pd
-
     from lmdbio.errors import ConfigurationError
+    from .measured import read_measured
 
-    f = Path(path)
-    if not f.is_absolute():
-        f = REPO / f
-    if not f.exists():
-        raise ConfigurationError(f"leaf-cut measurement {f} not found "
-                                 "(python -m lmdbio.lab.model.leafcut writes it)")
-    d = pd.read_csv(f)
-    if not {"length", "kind", "repeat", "wall_s"} <= set(d.columns) or d.empty:
-        raise ConfigurationError(f"{f}: needs rows with columns length, kind, repeat and wall_s")
+    d = read_measured(path, "leaf-cut measurement", "python -m lmdbio.lab.model.leafcut",
+                      ("length", "kind", "repeat", "wall_s"))
     out = []
     for L, g in d.groupby("length"):
         plain = g[g["kind"] == "plain"].set_index("repeat")["wall_s"]
@@ -159,7 +125,7 @@ def load(path=DEFAULT_CSV) -> tuple[tuple[int, float, float, float], ...]:
         out.append((int(L), ratio, float(pairs.min()) if len(pairs) else ratio,
                     float(pairs.max()) if len(pairs) else ratio))
     if not out:
-        raise ConfigurationError(f"{f}: no length has both plain and cached reads")
+        raise ConfigurationError(f"{path}: no length has both plain and cached reads")
     return tuple(sorted(out))
 
 
@@ -168,17 +134,8 @@ def ratio_at(nbytes: float, table) -> float:
     the end's value beyond them."""
     if not table:
         return 1.0
-    xs = [math.log(t[0]) for t in table]
-    ys = [t[1] for t in table]
-    x = math.log(max(1.0, float(nbytes)))
-    if x <= xs[0]:
-        return ys[0]
-    if x >= xs[-1]:
-        return ys[-1]
-    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
-        if x0 <= x <= x1:
-            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    return ys[-1]
+    return float(np.interp(math.log(max(1.0, float(nbytes))), [math.log(t[0]) for t in table],
+                           [t[1] for t in table]))
 
 
 def main(argv=None) -> int:

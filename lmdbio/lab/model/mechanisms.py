@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import math
 
-from pathlib import Path
-
 from lmdbio.provenance import model_parameters
 from .requests import IO_PAGES, curve_requests
-from ..paths import REPO
 
 __all__ = ["PAGE", "geometry", "walk_faults", "fault_cpu", "faulter_factor", "load_faulters", "cursor_steps", "ring_cycle", "mmap_requests",
            "explicit_requests", "leaf_pieces", "load_speculation", "speculation_requests", "overlapped", "coalesce_factor", "stripe_pieces", "stagger_groups", "handoff",
@@ -81,18 +78,12 @@ def load_faulters(path) -> tuple[tuple[int, float], ...]:
     one node map one cold file and fault all of it; ``dev_read_ios`` counts
     the requests the device served (medians over repeats).
     """
-    import pandas as pd
-
     from lmdbio.errors import ConfigurationError
+    from .measured import read_measured
 
-    f = Path(path)
-    if not f.is_absolute():
-        f = REPO / f
-    if not f.exists():
-        raise ConfigurationError(f"faulters curve {f} not found (python -m lmdbio.lab.storage faulters writes it)")
-    d = pd.read_csv(f)
-    if not {"K", "dev_read_ios"} <= set(d.columns) or 1 not in set(d["K"]):
-        raise ConfigurationError(f"{f}: needs columns K and dev_read_ios, with a row for K = 1")
+    d = read_measured(path, "faulters curve", "python -m lmdbio.lab.storage faulters", ("K", "dev_read_ios"))
+    if 1 not in set(d["K"]):
+        raise ConfigurationError(f"{path}: needs a row for K = 1")
     g = d.groupby("K")["dev_read_ios"].median()
     return tuple((int(k), float(v / g.loc[1])) for k, v in g.items())
 
@@ -131,24 +122,16 @@ def load_speculation(path) -> dict:
     waits for a page still being read counts as major, so ``served`` is the
     share of pages that had arrived when the walk reached them.
     """
-    import pandas as pd
-
     from lmdbio.errors import ConfigurationError
+    from .measured import read_measured
 
-    f = Path(path)
-    if not f.is_absolute():
-        f = REPO / f
-    if not f.exists():
-        raise ConfigurationError(f"speculation summary {f} not found (notebook 04 / bench-dm writes it)")
-    d = pd.read_csv(f)
-    need = {"mode", "touched_pages_median", "missed_pages_median", "extra_pages_median",
-            "majflt_per_batch_median"}
-    if not need <= set(d.columns):
-        raise ConfigurationError(f"{f}: needs columns {', '.join(sorted(need))}")
+    d = read_measured(path, "speculation summary", "notebook 04 / bench-dm",
+                      ("mode", "touched_pages_median", "missed_pages_median", "extra_pages_median",
+                       "majflt_per_batch_median"))
     spec = d[d["mode"].str.contains("speculation") & (d["touched_pages_median"] > 0)]
     ring = d[~d["mode"].str.contains("speculation")]
     if spec.empty or ring.empty:
-        raise ConfigurationError(f"{f}: needs a mode with speculation (touched pages > 0) and one without")
+        raise ConfigurationError(f"{path}: needs a mode with speculation (touched pages > 0) and one without")
     r, r0 = spec.iloc[0], ring.iloc[0]
     touched = float(r["touched_pages_median"])
     missed = float(r["missed_pages_median"])

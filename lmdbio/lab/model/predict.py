@@ -101,9 +101,11 @@ def _requests_curve(path: str):
 
 @lru_cache(maxsize=8)
 def _leaf_cut(path: str):
-    from .leafcut import load
+    """The measured cached / plain time factor of ``path`` as a function of the read's bytes."""
+    from .leafcut import load, ratio_at
 
-    return load(path)
+    table = load(path)
+    return lambda nbytes: ratio_at(nbytes, table)
 
 
 @lru_cache(maxsize=8)
@@ -355,9 +357,7 @@ def predict_point(platform: Platform, workload: Workload, variant: str, nprocs: 
                 # submits them all before the reader waits): the plain read's time times the
                 # measured cached / plain factor; the cut still counts its requests.
                 if platform.storage == "disk" and platform.leaf_cut:
-                    from .leafcut import ratio_at
-
-                    cut_factor = ratio_at(chunk / extents, _leaf_cut(platform.leaf_cut))
+                    cut_factor = _leaf_cut(platform.leaf_cut)(chunk / extents)
                     info["leaf_cut_factor"] = cut_factor
             groups = mech.stagger_groups(R, o.stagger_size) if o.staggered else [R]
             durations = {}

@@ -118,19 +118,10 @@ def _request_cap(prof) -> int:
 
 def load_curve(path=DEFAULT_CSV) -> tuple[tuple[int, float, float], ...]:
     """``((L, requests, bytes), ...)``: medians per read length of ``requests_per_read.csv``."""
-    import pandas as pd
+    from .measured import read_measured
 
-    from lmdbio.errors import ConfigurationError
-
-    f = Path(path)
-    if not f.is_absolute():
-        f = REPO / f
-    if not f.exists():
-        raise ConfigurationError(f"requests-per-read curve {f} not found "
-                                 "(python -m lmdbio.lab.model.requests writes it)")
-    d = pd.read_csv(f)
-    if not {"length", "requests", "bytes"} <= set(d.columns) or d.empty:
-        raise ConfigurationError(f"{f}: needs rows with columns length, requests and bytes")
+    d = read_measured(path, "requests-per-read curve", "python -m lmdbio.lab.model.requests",
+                      ("length", "requests", "bytes"))
     if "kind" in d.columns:
         d = d[d["kind"] == "pread"]
     g = d.groupby("length")[["requests", "bytes"]].median().sort_index()

@@ -48,7 +48,7 @@ from lmdbio.errors import ConfigurationError
 from ..paths import REPO
 
 __all__ = ["DEFAULT_DIR", "LENGTHS", "PROBE_RANKS", "Probe", "measure", "write", "load_probe",
-           "pieces", "main"]
+           "cached_pages", "pieces", "pread_all", "main"]
 
 DEFAULT_DIR = REPO / "data" / "results" / "model_calibration" / "shared"
 PAGE = 4096
@@ -122,7 +122,7 @@ def _write_file(path: Path, nbytes: int) -> None:
         os.fsync(f.fileno())
 
 
-def _pread_all(fd: int, offset: int, length: int) -> int:
+def pread_all(fd: int, offset: int, length: int) -> int:
     """Read ``length`` bytes at ``offset`` with one ``preadv`` (and more only on a short read)."""
     buf = bytearray(length)
     mv = memoryview(buf)
@@ -136,14 +136,20 @@ def _pread_all(fd: int, offset: int, length: int) -> int:
     return calls
 
 
+def cached_pages(length: int, offset: int, stride_pages: int) -> list[int]:
+    """The page numbers of a read of ``length`` bytes at ``offset`` that are multiples of
+    ``stride_pages``: the pages a leaf-page pass leaves cached in it."""
+    first, last = offset // PAGE, (offset + length - 1) // PAGE
+    return [p for p in range(first - first % stride_pages, last + 1, stride_pages) if first <= p <= last]
+
+
 def pieces(length: int, offset: int, stride_pages: int) -> int:
     """Runs a read of ``length`` bytes at ``offset`` is cut into by the cached pages at every
     ``stride_pages``-th page (page numbers that are multiples of it), the cached pages left out."""
     if stride_pages <= 0:
         return 1
     first, last = offset // PAGE, (offset + length - 1) // PAGE
-    cached = [p for p in range(first - first % stride_pages, last + 1, stride_pages)
-              if first <= p <= last]
+    cached = cached_pages(length, offset, stride_pages)
     runs, prev = 0, first - 1
     for p in cached + [last + 1]:
         if p > prev + 1:
@@ -222,19 +228,19 @@ def measure(repeats: int = 3, workdir=None, profile: str = "gpfs-2017", progress
                 region = 0
                 for L in lengths:
                     one("pread", 0, "data.bin", L, region, rep,
-                        lambda fd, off, L=L: _pread_all(fd, off, L))
+                        lambda fd, off, L=L: pread_all(fd, off, L))
                     region += 1
                 # Node 1 reads what node 0 read (after node 0, without evicting node 0's copy).
                 reg1 = region
                 one("pread", 0, "data.bin", 1 << 20, reg1, rep,
-                    lambda fd, off: _pread_all(fd, off, 1 << 20))
+                    lambda fd, off: pread_all(fd, off, 1 << 20))
                 path1 = s.path(1, "probe/data.bin")
                 fd1 = os.open(path1, os.O_RDONLY)
                 try:
                     s.evict(1, "probe/data.bin")
                     c0 = counters(1)
                     t0 = time.perf_counter()
-                    calls = _pread_all(fd1, reg1 * SPAN + 7 * PAGE, 1 << 20)
+                    calls = pread_all(fd1, reg1 * SPAN + 7 * PAGE, 1 << 20)
                     wall = time.perf_counter() - t0
                     _settle(devs)
                     c1 = counters(1)
@@ -247,18 +253,16 @@ def measure(repeats: int = 3, workdir=None, profile: str = "gpfs-2017", progress
                 region += 1
                 for L in SEQ_LENGTHS:
                     def seq(fd, off, L=L):
-                        return sum(_pread_all(fd, off + i * L, L) for i in range(SEQ_READS))
+                        return sum(pread_all(fd, off + i * L, L) for i in range(SEQ_READS))
                     one("pread-seq", 0, "data.bin", L, region, rep, seq)
                     region += 1
                 for L in CACHED_LENGTHS:
                     def cached(fd, off, L=L):
-                        return _pread_all(fd, off, L)
+                        return pread_all(fd, off, L)
 
                     def warm_leaves(fd, off, L=L):
-                        first, last = off // PAGE, (off + L - 1) // PAGE
-                        for p in range(first - first % STRIDE_PAGES, last + 1, STRIDE_PAGES):
-                            if p >= first:
-                                os.pread(fd, PAGE, p * PAGE)
+                        for p in cached_pages(L, off, STRIDE_PAGES):
+                            os.pread(fd, PAGE, p * PAGE)
                     cached.prepare = warm_leaves
                     off = region * SPAN + 7 * PAGE
                     one("pread-cached", 0, "data.bin", L, region, rep, cached, stride=STRIDE_PAGES,
@@ -267,7 +271,7 @@ def measure(repeats: int = 3, workdir=None, profile: str = "gpfs-2017", progress
                 for L in WILLNEED_LENGTHS:
                     def willneed(fd, off, L=L):
                         os.posix_fadvise(fd, off, L, os.POSIX_FADV_WILLNEED)
-                        return 1 + _pread_all(fd, off, L)
+                        return 1 + pread_all(fd, off, L)
                     one("willneed", 0, "data.bin", L, region, rep, willneed)
                     region += 1
 

@@ -279,7 +279,21 @@ def backing_file(dev: str) -> str:
 
 def device_counters(dev: str) -> dict:
     """Block-layer reads the device has completed: requests, bytes and busy seconds (``/sys/block``)."""
-    f = (sysblock(dev) / "stat").read_text().split()
+    return _read_counters(sysblock(dev) / "stat")
+
+
+def file_device_counters(path: str | os.PathLike) -> dict | None:
+    """:func:`device_counters` of the block device (or partition) that holds ``path``; None where
+    it has none or its counters cannot be read."""
+    st = os.stat(path)
+    try:
+        return _read_counters(Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/stat"))
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _read_counters(stat: Path) -> dict:
+    f = stat.read_text().split()
     return {"read_ios": int(f[0]), "read_merges": int(f[1]), "read_bytes": int(f[2]) * 512,
             "read_ticks_s": int(f[3]) / 1000.0}
 
