@@ -263,6 +263,11 @@ def test_cli_sweep_writes_three_files(db, tmp_path, capsys):
     # neighbours) resident; on this tiny DB that is a visible share, on real ones not.
     assert (cold.loc[cold["variant"] != "lmdb", "resident_fraction"] < 0.05).all()
     assert (cold["evict_ok"] == (cold["resident_fraction"] <= 0.05)).all()
+    # Every cold local point carries the disk probe measured just before it (a positive
+    # bandwidth); warm points none. The probe's scratch file does not outlive the sweep.
+    assert (cold["disk_probe_bw"] > 0).all(), cold["disk_probe_bw"].tolist()
+    assert s.loc[s["cache"] == "warm", "disk_probe_bw"].isna().all()
+    assert not list(Path(db).parent.parent.glob(".lmdbio-disk-probe-*"))
     p = pd.read_csv(out / "points.csv")
     two = p[(p["nprocs"] == 2) & (p["level"] == "step") & (p["phase"] == "total")]
     assert sorted(two.groupby(["variant", "cache"])["rank"].apply(sorted).iloc[0]) == [0, 1]
@@ -585,3 +590,23 @@ def test_sweep_on_an_emulated_pfs_adds_model_counters(db_mid, tmp_path):
     assert "pfs_requests" in bench.format_report(s)
     mounts = meta["config"]["pfs"]["mounts"]
     assert mounts and not any(f" {m} " in open("/proc/mounts").read() for m in mounts)  # unmounted
+
+
+def test_the_disk_probe_reads_a_scratch_file_beside_the_dataset_and_removes_it(db, tmp_path):
+    from lmdbio.lab.bench.cache import DiskProbe, cold_read_bw
+    from lmdbio.metrics import resident_pages
+
+    home = Path(db).parent
+    before = set(home.iterdir())
+    with DiskProbe(nbytes=4 << 20) as probe:
+        bw = [probe.measure(db), probe.measure(Path(db) / "data.mdb")]
+        (f,) = probe._files.values()                    # one file per file system
+        assert f.parent == home and f.stat().st_size == 4 << 20
+    assert all(b > 0 for b in bw), bw
+    assert not f.exists() and set(home.iterdir()) == before
+    # The pass really reads (a cold file ends up cached) and a short file is an error.
+    g = tmp_path / "short.bin"
+    g.write_bytes(os.urandom(1 << 20))
+    assert cold_read_bw(g) > 0 and resident_pages(g).all()
+    with pytest.raises(ValueError, match="shorter than"):
+        cold_read_bw(g, 2 << 20)

@@ -11,7 +11,7 @@ import numpy as np
 from lmdbio.waiting import polite_barrier
 
 __all__ = ["EvictionWarning", "page_mask", "batch_positions", "warm", "prepare_cache",
-           "measure_residency", "PageCache"]
+           "measure_residency", "PageCache", "cold_read_bw", "DiskProbe"]
 
 
 class EvictionWarning(UserWarning):
@@ -187,3 +187,80 @@ class PageCache:
         if self.state == "cold" and self.evicted:
             return self.measure(first, count)
         return self._apply(first, count)
+
+
+def cold_read_bw(path, nbytes: int | None = None, read: int = 4 << 20) -> float:
+    """Bytes per second of one cold sequential pass of ``read``-byte preads over a file.
+
+    The file is flushed and evicted first (:func:`lmdbio.metrics.evict`), so the
+    pass measures the disk under it. The model's ``disk_bw`` microbenchmark
+    and the sweep's same-sitting disk probe (:class:`DiskProbe`) both use it.
+    """
+    import time
+
+    from lmdbio.metrics import evict
+
+    nbytes = os.path.getsize(path) if nbytes is None else nbytes
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        evict(path)
+        t0 = time.perf_counter()
+        done = 0
+        while done < nbytes:
+            got = len(os.pread(fd, min(read, nbytes - done), done))
+            if got == 0:
+                raise ValueError(f"{path} is shorter than the {nbytes} bytes to read")
+            done += got
+        return nbytes / (time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+
+
+class DiskProbe:
+    """The disk's cold sequential bandwidth measured just before each cold local point.
+
+    A local disk's throughput drifts (on a VM, by tens of percent within
+    minutes), so a bandwidth measured once, at calibration time, cannot say
+    what the disk gave a sweep's points. The probe is a 64 MiB scratch file
+    of random bytes, written once beside the dataset (same file system) and
+    read cold (:func:`cold_read_bw`) before each cold point: the rows carry
+    it as ``disk_probe_bw``. It reads no dataset page and runs before the
+    point's own eviction, so the point is as cold as without it.
+    """
+
+    def __init__(self, nbytes: int = 64 << 20):
+        self.nbytes = nbytes
+        self._files: dict[int, Path] = {}
+
+    def _file(self, dataset) -> Path | None:
+        home = Path(dataset)
+        home = home.parent if home.is_file() else home
+        dev = os.stat(home).st_dev
+        if dev not in self._files:
+            import tempfile
+
+            try:
+                fd, name = tempfile.mkstemp(prefix=".lmdbio-disk-probe-", dir=home.parent)
+            except OSError:
+                return None   # a read-only dataset folder: no probe, the rows say NaN
+            with os.fdopen(fd, "wb") as f:
+                f.write(np.random.default_rng(0).integers(0, 256, self.nbytes, dtype=np.uint8).tobytes())
+                f.flush()
+                os.fsync(f.fileno())
+            self._files[dev] = Path(name)
+        return self._files[dev]
+
+    def measure(self, dataset) -> float:
+        f = self._file(dataset)
+        return cold_read_bw(f, self.nbytes) if f is not None else float("nan")
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.unlink(missing_ok=True)
+        self._files.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -23,7 +23,7 @@ SUMMARY_COLUMNS = (
     "wall_s", "records", "record_bytes", "cpu_s", "read_s", "compute_s", "comm_s", "wait_s", "au",
     "resident_fraction", "file_resident_fraction", "start_resident_fraction", "evict_ok",
     "pfs_requests", "pfs_bytes", "pfs_mean_request_bytes", "pfs_queue_wait_s",
-    "pfs_pieces", "pfs_seeks",
+    "pfs_pieces", "pfs_seeks", "disk_probe_bw",
     "prov_check", "prov_check_s", "prov_verify_s",
     "variant_reason", "error",
     "compute_step_s", "metric_exclude_steps", "train_au", "train_samples_per_s", "train_mb_per_s",
@@ -127,7 +127,7 @@ def summarize(points_df):
         )
         for col in ("resident_fraction", "file_resident_fraction", "start_resident_fraction",
                     "pfs_requests", "pfs_bytes", "pfs_mean_request_bytes", "pfs_queue_wait_s",
-                    "pfs_pieces", "pfs_seeks"):
+                    "pfs_pieces", "pfs_seeks", "disk_probe_bw"):
             row[col] = first.get(col, math.nan)
         row["evict_ok"] = first.get("evict_ok", True)
         row.update(_prov_check(g), prov_verify_s=first.get("prov_verify_s", math.nan))

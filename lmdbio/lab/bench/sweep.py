@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..cluster import mpich_segments, mpiexec, remove_orphan_segments
+from .cache import DiskProbe
 from .limit import RAW
 from .point import variant_names
 from .stats import SUMMARY_COLUMNS, failed_row, summarize
@@ -206,7 +207,8 @@ def run_sweep(points: Sequence[dict], out_dir, *, repeats: int = 1, timeout: flo
     rows: list[dict] = []
     failed = cold_warm = 0
     total = len(points) * repeats
-    with tempfile.TemporaryDirectory(prefix="lmdbio-bench-") as tmp, _mounted(points) as mounts:
+    with tempfile.TemporaryDirectory(prefix="lmdbio-bench-") as tmp, _mounted(points) as mounts, \
+            DiskProbe() as probe:
         tmp = Path(tmp)
         if mounts:   # the storage model the sweep ran on, with its sources, in meta.json
             st = next(iter(mounts.values()))[0].stats()
@@ -232,7 +234,14 @@ def run_sweep(points: Sequence[dict], out_dir, *, repeats: int = 1, timeout: flo
                             for node in range(_pfs_nodes(points)):
                                 m.evict(node, rel)
                         before = pfs_counters(m.stats())
+                    disk_bw = None
+                    if pt["cache"] == "cold" and str(pt.get("storage") or "local") == "local":
+                        # What the disk gives now (it drifts): the model's same-sitting disk_bw.
+                        disk_bw = probe.measure(pt["dataset"])
                     got, stderr = run_point_subprocess(pt, rep, tmp, timeout, measure, mpiexec_args)
+                    if disk_bw is not None:
+                        for r in got:
+                            r["disk_probe_bw"] = disk_bw
                     if mount is not None and got and "pfs_requests" not in got[0]:
                         # The model's counters over the whole point (setup and warmup too).
                         span = counter_delta(before, pfs_counters(mount[0].stats()))

@@ -354,14 +354,11 @@ def _disk(path: Path, nbytes: int) -> tuple[float, float]:
     """Cold 4 KiB random-read latency and cold sequential bandwidth of the scratch file's disk."""
     from lmdbio.metrics import evict
 
+    from ..bench.cache import cold_read_bw
+
+    bw = cold_read_bw(path, nbytes)
     fd = os.open(path, os.O_RDONLY)
     try:
-        evict(path)
-        t0 = time.perf_counter()
-        done = 0
-        while done < nbytes:
-            done += len(os.pread(fd, 4 << 20, done)) or nbytes
-        bw = nbytes / (time.perf_counter() - t0)
         evict(path)
         rng = np.random.default_rng(1)
         pages = rng.choice(nbytes // PAGE, size=256, replace=False)
