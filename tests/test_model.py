@@ -370,6 +370,41 @@ def test_validate_reports_errors_per_variant(tmp_path):
     assert (out / "summary.csv").exists() and (out / "errors.csv").exists()
 
 
+def test_a_local_cold_point_is_predicted_with_its_own_disk_probe(tmp_path):
+    """The sweep's same-sitting probe replaces calibration's disk_bw for local cold points
+    only: a faster probe predicts shorter cold reads, warm points and probe-less sweeps keep
+    the calibrated disk."""
+    from lmdbio.lab.model.validate import criterion_table, validate
+
+    d = tmp_path / "bench_issue6" / "cifar10"
+    d.mkdir(parents=True)
+
+    def write(probe):
+        rows = [dict(dataset="x", dataset_name="cifar10", variant="lmdbio-lmm-dio-prov", nprocs=1,
+                     cache=c, storage="local", repeat=rep, batch_size=256, iters=50, warmup=1,
+                     ranks_per_node=0, readers_per_node=1, status="ok", wall_s=0.2,
+                     records=12800, record_bytes=12800 * 3087,
+                     **({"disk_probe_bw": probe * (1 + 0.1 * rep)} if c == "cold" and probe else {}))
+                for c in ("cold", "warm") for rep in range(3)]
+        pd.DataFrame(rows).to_csv(d / "summary.csv", index=False)
+        return validate([d / "summary.csv"], "this-machine", CAL, budget=300).set_index("cache")
+
+    plain, fast = write(None), write(4 * CAL.disk_bw)
+    assert plain.loc["cold", "disk_bw_source"] == "calibration"
+    assert plain.loc["cold", "disk_bw"] == CAL.disk_bw
+    assert fast.loc["cold", "disk_bw_source"] == "same-sitting probe"
+    assert fast.loc["cold", "disk_bw"] == pytest.approx(4.4 * CAL.disk_bw)   # median of 3 repeats
+    assert fast.loc["cold", "pred_read_s"] < 0.8 * plain.loc["cold", "pred_read_s"]
+    assert fast.loc["warm", "disk_bw_source"] == "calibration"
+    assert fast.loc["warm", "predicted_s"] == plain.loc["warm", "predicted_s"]
+    # The same cold point with calibration's disk is kept beside it, and counted apart.
+    assert fast.loc["cold", "rel_error_calibrated_disk"] == pytest.approx(plain.loc["cold", "rel_error"])
+    crit = criterion_table(fast.reset_index()).set_index("cache")
+    assert crit.loc["cold", "disk_bw"].startswith("same-sitting probe") and "GB/s" in crit.loc["cold", "disk_bw"]
+    assert crit.loc["cold", "variants_meeting_calibrated_disk"] in (0, 1)
+    assert crit.loc["warm", "variants_meeting_calibrated_disk"] != crit.loc["warm", "variants_meeting_calibrated_disk"]
+
+
 def test_validate_reads_an_emulated_pfs_sweep(tmp_path):
     from lmdbio.lab.model.validate import validate
 

@@ -1111,14 +1111,28 @@ def render_validation(results_root=COMMITTED_RESULTS) -> str:
     if "cache" not in c.columns:
         c = c.assign(cache="all")
     lines = ["| setting | cache | independent | variants with median \\|error\\| <= 25% | worst variant | "
-             "its median \\|error\\| | worst point (every variant) | predicted to dominate there |",
-             "|---|---|---|---|---|---|---|---|"]
+             "its median \\|error\\| | worst point (every variant) | predicted to dominate there | "
+             "disk bandwidth the local points were predicted with |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    if "disk_bw" not in c.columns:
+        c = c.assign(disk_bw="")
     for r in c.itertuples():
         lines.append("| " + " | ".join(_cell(x) for x in (
             r.setting, r.cache, "yes" if r.independent else "no (shares the storage model)",
             f"{r.variants_meeting} of {r.variants}", r.worst_variant,
-            f"{100 * r.worst_median_abs_error:.0f}%", r.worst_point, r.predicted_dominant)) + " |")
+            f"{100 * r.worst_median_abs_error:.0f}%", r.worst_point, r.predicted_dominant,
+            _disk_words(r, c))) + " |")
     return "\n".join(lines)
+
+
+def _disk_words(r, c) -> str:
+    """The validation table's disk cell: the bandwidth used and, where a probe set it, the
+    variants that meet the criterion with calibration's disk instead."""
+    words = "" if r.disk_bw != r.disk_bw else str(r.disk_bw)
+    n = getattr(r, "variants_meeting_calibrated_disk", float("nan"))
+    if words and n == n:
+        words += f"; with calibration's disk_bw {int(n)} of {r.variants} meet"
+    return words
 
 
 def outside_band(value: str, below: bool) -> str:

@@ -143,3 +143,28 @@ FACTS.update({
     "memcpy_gbps": lambda root: 1 / json.loads((Path(root) / "model_calibration" / "calibration.json")
                                                .read_text())["values"]["memcpy_byte_s"] / 1e9,
 })
+
+
+def _probe_gbs(root: Path) -> pd.Series:
+    """GB/s of the same-sitting disk probes the local cold points were predicted with."""
+    s = csv(root, "model_validation/summary.csv")
+    s = s[(s["setting"] == "local disk") & (s["cache"] == "cold")
+          & (s.get("disk_bw_source", pd.Series("", index=s.index)) == "same-sitting probe")]
+    if s.empty:
+        raise KeyError("no local cold point was predicted with a same-sitting disk probe")
+    return s["disk_bw"] / 1e9
+
+
+FACTS.update({
+    "probe_median_gbs": lambda root: float(_probe_gbs(root).median()),
+    "probe_low_gbs": lambda root: float(_probe_gbs(root).min()),
+    "probe_high_gbs": lambda root: float(_probe_gbs(root).max()),
+    "cal_disk_gbs": lambda root: json.loads((Path(root) / "model_calibration" / "calibration.json")
+                                            .read_text())["values"]["disk_bw"] / 1e9,
+})
+
+FACTS.update({
+    # Local cold variants within the criterion had every point used calibration's disk_bw.
+    "local_cold_meeting_cal_disk": lambda root: int(
+        _criterion(root, "local disk", "cold")["variants_meeting_calibrated_disk"]),
+})

@@ -9,7 +9,12 @@ calibration: calibrate runs its own microbenchmarks.
 
 Each point has a ``setting`` (:func:`setting_of`):
 
-- ``local disk`` (``bench_issue6``): independent of the storage model;
+- ``local disk`` (``bench_issue6``): independent of the storage model. A cold
+  point's disk bandwidth is the one the sweep's disk probe measured just
+  before it (``disk_probe_bw``, a cold read of a scratch file: a
+  microbenchmark of the same minute, never the point's own time), because
+  the disk drifts between sittings; sweeps without a probe use
+  calibration's ``disk_bw``. ``disk_bw`` and ``disk_bw_source`` say which;
 - ``throttled block device`` (``throttled/``, storage ``throttle:NAME``): a
   real, rate-limited device per virtual node; predicted with a profile made
   from the throttle's own limits (:func:`throttled_profile`), independent of
@@ -29,6 +34,7 @@ Each point has a ``setting`` (:func:`setting_of`):
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from lmdbio.options import VARIANTS
@@ -178,7 +184,9 @@ def validate(summaries, platform: Platform | str = "this-machine", cal: Calibrat
             measured_max_s=("wall_s", "max"), repeats=("wall_s", "size"),
             records=("records", "mean"), record_bytes=("record_bytes", "mean"),
             **({"pfs_requests": ("pfs_requests", "median"), "pfs_bytes": ("pfs_bytes", "median")}
-               if "pfs_requests" in df.columns else {})).reset_index()
+               if "pfs_requests" in df.columns else {}),
+            **({"disk_probe_bw": ("disk_probe_bw", "median")}
+               if "disk_probe_bw" in df.columns else {})).reset_index()
         for r in agg.to_dict("records"):
             storage, scale = _storage_of(r, meta)
             if r.get("time_scale") == r.get("time_scale") and r.get("time_scale") is not None:
@@ -205,10 +213,19 @@ def validate(summaries, platform: Platform | str = "this-machine", cal: Calibrat
                          key_bytes=base.key_bytes if base else 35,
                          records=base.records if base else 0, batch_size=int(r["batch_size"]),
                          iterations=int(r["iters"]))
-            pred = predict_point(p, w, str(r["variant"]), int(r["nprocs"]), cal,
+            # A local cold point's disk: the bandwidth the sweep's probe measured just before it
+            # (the median over its repeats; lmdbio.lab.bench.cache.DiskProbe), else calibration's.
+            probe_bw = float(r.get("disk_probe_bw", float("nan")))
+            use_probe = setting == "local disk" and r["cache"] == "cold" and probe_bw > 0
+            cal_p = replace(cal, disk_bw=probe_bw) if use_probe else cal
+            pred = predict_point(p, w, str(r["variant"]), int(r["nprocs"]), cal_p,
                                  cache=str(r["cache"]), budget=budget)
             # The sweep times the loop only: setup (DIO's index pass) is outside it.
             predicted = pred["per_iteration_s"] * int(r["iters"])
+            # The same point with calibration's disk: how much the verdict rests on the disk estimate.
+            cal_disk = predicted if not use_probe else predict_point(
+                p, w, str(r["variant"]), int(r["nprocs"]), cal, cache=str(r["cache"]),
+                budget=budget)["per_iteration_s"] * int(r["iters"])
             out.append({"setting": setting, "dataset": r["dataset_name"], "variant": r["variant"],
                         "nprocs": int(r["nprocs"]), "cache": r["cache"], "storage": r["storage"],
                         "measured_s": float(r["measured_s"]), "predicted_s": predicted,
@@ -225,6 +242,10 @@ def validate(summaries, platform: Platform | str = "this-machine", cal: Calibrat
                         "measured_storage_requests": float(r.get("pfs_requests", float("nan"))),
                         "measured_storage_bytes": float(r.get("pfs_bytes", float("nan"))),
                         "dominant_mechanism": pred["dominant_mechanism"],
+                        "disk_bw": cal_p.disk_bw if setting == "local disk" else float("nan"),
+                        "disk_bw_source": (("same-sitting probe" if use_probe else "calibration")
+                                           if setting == "local disk" else ""),
+                        "rel_error_calibrated_disk": (cal_disk - r["measured_s"]) / r["measured_s"],
                         "source": str(path.relative_to(REPO) if path.is_relative_to(REPO) else path)})
     return pd.DataFrame(out)
 
@@ -318,8 +339,35 @@ def criterion_table(df):
                      "worst_point": (f"{worst['variant']} P={worst['nprocs']} {worst['dataset']}: measured "
                                      f"{worst['measured_s']:.3g} s, predicted {worst['predicted_s']:.3g} s "
                                      f"({100 * worst['rel_error']:+.0f}%)"),
-                     "predicted_dominant": (pts["dominant_mechanism"].mode().iloc[0] if len(pts) else "")})
+                     "predicted_dominant": (pts["dominant_mechanism"].mode().iloc[0] if len(pts) else ""),
+                     "disk_bw": _disk_bw_words(g),
+                     # Where a probe set the disk: the variants meeting the criterion with
+                     # calibration's disk_bw instead (NaN where no probe was used).
+                     "variants_meeting_calibrated_disk": _meeting_calibrated_disk(g)})
     return pd.DataFrame(rows)
+
+
+def _meeting_calibrated_disk(g) -> float:
+    """Variants of a group within the criterion when its probed points use calibration's disk."""
+    if "disk_bw_source" not in g.columns or not (g["disk_bw_source"] == "same-sitting probe").any():
+        return float("nan")
+    e = g.assign(err=g["rel_error_calibrated_disk"].abs()).groupby("variant")["err"].median()
+    return float((e <= CRITERION).sum())
+
+
+def _disk_bw_words(g) -> str:
+    """Which disk bandwidth a local-disk group's cold predictions used, in words ('' elsewhere)."""
+    if "disk_bw_source" not in g.columns:
+        return ""
+    d = g[(g["disk_bw_source"].fillna("").astype(str) != "") & (g["cache"] == "cold")]   # warm reads no disk
+    if d.empty:
+        return ""
+    parts = []
+    for src, h in d.groupby("disk_bw_source", sort=False):
+        bw = h["disk_bw"] / 1e9
+        parts.append(f"{src} {bw.median():.2f} GB/s" if bw.min() == bw.max() else
+                     f"{src} median {bw.median():.2f} GB/s ({bw.min():.2f}-{bw.max():.2f}) over {len(h)} points")
+    return "; ".join(parts)
 
 
 def write_validation(df, out_dir, config: dict, cal_dir=None) -> Path:
