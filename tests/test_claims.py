@@ -682,3 +682,14 @@ def test_a_model_value_outside_its_own_band_says_so():
     off = split[(split["model_factor"] < split["band_low"]) | (split["model_factor"] > split["band_high"])]
     for r in off.itertuples():
         assert f"{r.workload} {r.ratio}: the central estimates give" in text
+
+
+def test_show_judges_a_claim_outside_claims_csv_and_refuses_an_unknown_id():
+    """T (training time, a view of C1 and C8) is not a row of claims.csv; show() judges it
+    rather than showing an empty table, and an id that names nothing is an error that lists
+    the ids, not an empty table."""
+    rows = claims.show(COMMITTED_RESULTS, ["T"], rewrite=False)
+    assert len(rows) and set(rows["claim"]) == {"T"} and rows["verdict"].notna().all()
+    with pytest.raises(ValueError, match=r"no claim or check named 'Z9'.*C8"):
+        claims.show(COMMITTED_RESULTS, ["Z9"], rewrite=False)
+    assert set(claims.show(COMMITTED_RESULTS, "C2", rewrite=False)["claim"]) == {"C2"}

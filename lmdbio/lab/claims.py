@@ -692,8 +692,15 @@ def claim(claim_id: str) -> Claim:
 
 def _ids(ids) -> set:
     """Claim ids with their per-dataset variants (``C8`` also selects ``C8-imagenet``)."""
+    if isinstance(ids, str):
+        ids = [ids]
     want = set(ids)
-    return {c for c in (*_BY_ID, *CHECKS) if c in want or c.split("-")[0] in want}
+    known = (*_BY_ID, *CHECKS)
+    unknown = sorted(w for w in want if not any(c == w or c.split("-")[0] == w for c in known))
+    if unknown:
+        raise ValueError(f"no claim or check named {', '.join(map(repr, unknown))}; "
+                         f"the ids are {', '.join(sorted({c.split('-')[0] for c in known}))}")
+    return {c for c in known if c in want or c.split("-")[0] in want}
 
 
 def setting_dir(results_root: str | Path, notebook: str, setting: str) -> Path:
@@ -1084,8 +1091,13 @@ def show(results_root, ids, *, rewrite: bool = True):
     """
     from IPython.display import Markdown, display
 
+    want = _ids(ids)   # a ValueError naming the known ids for an unknown one
     df = write(results_root) if rewrite else evaluate(results_root)
-    rows = df[df["claim"].isin(_ids(ids))]
+    rows = df[df["claim"].isin(want)]
+    # A claim outside claims.csv (T, the training-time view of C1 and C8) is judged here.
+    extra = [_BY_ID[c] for c in sorted(want) if c in _BY_ID and c not in set(df["claim"])]
+    if extra:
+        rows = pd.concat([rows, evaluate(results_root, extra)], ignore_index=True)
     name = Path(results_root).name
     where = f"`{name}/claims.csv`" if rewrite else f"the results in `{name}/`"
     display(Markdown(f"## Verdicts (from {where})\n\n" + render(rows)))
