@@ -32,7 +32,7 @@ help:
 	@echo "make strip      - nbstripout on notebooks/*.ipynb before committing (a test checks it)"
 	@echo "make lab        - JupyterLab on notebooks/"
 	@echo "make bench      - a quick lmdbio bench sweep (prints a table)"
-	@echo "make bench-issue6 - the full variants x P=1,4,16 x warm/cold sweep (about 15 min)"
+	@echo "make bench-issue6 - the full variants x P=1,4,16 x warm/cold sweep (13-29 min measured)"
 	@echo "make bench-issue15 - raw limit vs best/direct/auto/lmdb-get, warm and cold (about 4 min)"
 	@echo "make bench-pfs  - the cold sweep through the emulated GPFS (about 14 min)"
 	@echo "make bench-throttle - the cold sweep through throttled loop devices (root; about 15 min)"

@@ -1133,11 +1133,11 @@ def render_validation(results_root=COMMITTED_RESULTS) -> str:
             r.setting, r.cache, "yes" if r.independent else "no (shares the storage model)",
             f"{r.variants_meeting} of {r.variants}", r.worst_variant,
             f"{100 * r.worst_median_abs_error:.0f}%", r.worst_point, r.predicted_dominant,
-            _disk_words(r, c))) + " |")
+            _disk_words(r))) + " |")
     return "\n".join(lines)
 
 
-def _disk_words(r, c) -> str:
+def _disk_words(r) -> str:
     """The validation table's disk cell: the bandwidth used and, where a probe set it, the
     variants that meet the criterion with calibration's disk instead."""
     words = "" if r.disk_bw != r.disk_bw else str(r.disk_bw)

@@ -161,10 +161,7 @@ FACTS.update({
     "probe_high_gbs": lambda root: float(_probe_gbs(root).max()),
     "cal_disk_gbs": lambda root: json.loads((Path(root) / "model_calibration" / "calibration.json")
                                             .read_text())["values"]["disk_bw"] / 1e9,
-})
-
-FACTS.update({
-    # Local cold variants within the criterion had every point used calibration's disk_bw.
+    # The local cold variants within the criterion if every point used calibration's disk_bw.
     "local_cold_meeting_cal_disk": lambda root: int(
         _criterion(root, "local disk", "cold")["variants_meeting_calibrated_disk"]),
 })
