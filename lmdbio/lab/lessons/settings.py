@@ -57,31 +57,27 @@ def measure_settings(cfg: dict, *, run: bool, results: Path, datasets: Path, spe
 
     results = Path(results)
     where: dict[str, Path] = {}
-    missing = pfs_unavailable()
-    if run and missing is None:
-        with MPICluster(n=cfg["n_engines"]) as cluster:
-            ensure_datasets(cluster, specs)
-            on_gpfs = points(cfg["pfs_procs"], cfg["pfs_iters"], cfg["pfs_repeats"], caches=("cold",),
-                             rpn=cfg["pfs_ranks_per_node"])
-            with emulated_pfs(datasets, on_gpfs, cfg["pfs_profile"]) as on_gpfs:
-                rows = sweep(cluster, on_gpfs)
-        save(results / "gpfs", rows, {**cfg, "storage": "pfs:" + cfg["pfs_profile"]})
-    elif run:
-        print(f"The emulated GPFS cannot be mounted here: {missing}")
-    where["gpfs"] = settings_results(results, "gpfs", ran=run and missing is None)
-
-    missing = throttle_unavailable(cfg)
-    if run and missing is None:
-        with MPICluster(n=cfg["n_engines"]) as cluster:
-            ensure_datasets(cluster, specs)
-            on_dev = points(cfg["throttle_procs"], throttle_iters(cfg, throttle_dataset), cfg["pfs_repeats"],
-                            caches=("cold",), rpn=cfg["pfs_ranks_per_node"])
-            with throttled_device(datasets, on_dev, cfg["throttle_profile"]) as on_dev:
-                rows = sweep(cluster, on_dev)
-        save(results / "throttled", rows, {**cfg, "storage": "throttle:" + cfg["throttle_profile"]})
-    elif run:
-        print(f"The throttled device is not used here: {missing}")
-    where["throttled"] = settings_results(results, "throttled", ran=run and missing is None)
+    # Per measured setting: why it cannot run here (None: it can), its points' P and iterations,
+    # the context that puts the points on it, the storage it records, and the line when it cannot.
+    measured = (
+        ("gpfs", pfs_unavailable(), cfg["pfs_procs"], cfg["pfs_iters"],
+         lambda pts: emulated_pfs(datasets, pts, cfg["pfs_profile"]), "pfs:" + cfg["pfs_profile"],
+         "The emulated GPFS cannot be mounted here"),
+        ("throttled", throttle_unavailable(cfg), cfg["throttle_procs"], throttle_iters(cfg, throttle_dataset),
+         lambda pts: throttled_device(datasets, pts, cfg["throttle_profile"]),
+         "throttle:" + cfg["throttle_profile"], "The throttled device is not used here"),
+    )
+    for name, missing, procs, iters, on_setting, storage, cannot in measured:
+        if run and missing is None:
+            with MPICluster(n=cfg["n_engines"]) as cluster:
+                ensure_datasets(cluster, specs)
+                pts = points(procs, iters, cfg["pfs_repeats"], caches=("cold",), rpn=cfg["pfs_ranks_per_node"])
+                with on_setting(pts) as pts:
+                    rows = sweep(cluster, pts)
+            save(results / name, rows, {**cfg, "storage": storage})
+        elif run:
+            print(f"{cannot}: {missing}")
+        where[name] = settings_results(results, name, ran=run and missing is None)
 
     # make bench-shared (root, longer than make reproduce); python -m lmdbio.lab.claims copies its points here
     where["shared"] = settings_results(results, "shared", ran=False)
