@@ -11,7 +11,7 @@ import numpy as np
 from lmdbio.waiting import polite_barrier
 
 __all__ = ["EvictionWarning", "page_mask", "batch_positions", "warm", "prepare_cache",
-           "measure_residency", "PageCache", "cold_read_bw", "DiskProbe"]
+           "measure_residency", "PageCache", "write_random_file", "cold_read_bw", "DiskProbe"]
 
 
 class EvictionWarning(UserWarning):
@@ -189,6 +189,20 @@ class PageCache:
         return self._apply(first, count)
 
 
+def write_random_file(path, nbytes: int, seed: int = 7) -> None:
+    """``nbytes`` of random bytes (1 MiB blocks of one seed), flushed to the device: a scratch
+    file for the disk microbenchmarks, with no holes or runs for the device to skip."""
+    rng = np.random.default_rng(seed)
+    with open(path, "wb") as f:
+        done = 0
+        while done < nbytes:
+            n = min(1 << 20, nbytes - done)
+            f.write(rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+            done += n
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def cold_read_bw(path, nbytes: int | None = None, read: int = 4 << 20) -> float:
     """Bytes per second of one cold sequential pass of ``read``-byte preads over a file.
 
@@ -234,20 +248,18 @@ class DiskProbe:
 
     def _file(self, dataset) -> Path | None:
         home = Path(dataset)
-        home = home.parent if home.is_file() else home
-        dev = os.stat(home).st_dev
+        where = (home.parent if home.is_file() else home).parent
+        dev = os.stat(where).st_dev
         if dev not in self._files:
             import tempfile
 
             try:
-                fd, name = tempfile.mkstemp(prefix=".lmdbio-disk-probe-", dir=home.parent)
+                fd, name = tempfile.mkstemp(prefix=".lmdbio-disk-probe-", dir=where)
             except OSError:
                 return None   # a read-only dataset folder: no probe, the rows say NaN
-            with os.fdopen(fd, "wb") as f:
-                f.write(np.random.default_rng(0).integers(0, 256, self.nbytes, dtype=np.uint8).tobytes())
-                f.flush()
-                os.fsync(f.fileno())
+            os.close(fd)
             self._files[dev] = Path(name)
+            write_random_file(name, self.nbytes)
         return self._files[dev]
 
     def measure(self, dataset) -> float:

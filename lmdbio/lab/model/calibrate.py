@@ -63,6 +63,7 @@ from pathlib import Path
 import numpy as np
 
 from lmdbio.errors import LmdbioError
+from ..bench.cache import cold_read_bw, write_random_file
 from ..paths import REPO
 
 __all__ = ["Calibration", "run_calibration", "save_calibration", "load_calibration",
@@ -354,8 +355,6 @@ def _disk(path: Path, nbytes: int) -> tuple[float, float]:
     """Cold 4 KiB random-read latency and cold sequential bandwidth of the scratch file's disk."""
     from lmdbio.metrics import evict
 
-    from ..bench.cache import cold_read_bw
-
     bw = cold_read_bw(path, nbytes)
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -469,8 +468,7 @@ def _pfs_inflight(tmp: Path, reads: int = 8, budget_s: float = 12.0) -> tuple[fl
     src = tmp / "pfs-src"
     src.mkdir(exist_ok=True)
     region = PFS_READ
-    with open(src / "depth.bin", "wb") as f:
-        f.write(np.random.default_rng(2).integers(0, 255, reads * region, dtype=np.uint8).tobytes())
+    write_random_file(src / "depth.bin", reads * region, seed=2)
     prof = load_profile(PFS_PROFILE)
     depths, walls, reqs, kernel, inflight_max = [], [], [], {}, 0
     try:
@@ -628,10 +626,7 @@ def run_calibration(workdir: str | os.PathLike | None = None, *, records: int = 
         many = make_dataset(tmp / "cifar10-copy", preset="cifar10", records=24000, progress=False)
         scratch = tmp / "scratch.bin"
         scratch_bytes = 64 << 20
-        with open(scratch, "wb") as f:
-            f.write(np.random.default_rng(0).integers(0, 255, scratch_bytes, dtype=np.uint8).tobytes())
-            f.flush()
-            os.fsync(f.fileno())
+        write_random_file(scratch, scratch_bytes, seed=0)
         v: dict = {"cores": os.cpu_count() or 1}
         say("cursor step")
         v["cursor_step_s"] = _cursor_step(Path(db), records)

@@ -54,6 +54,7 @@ STRIDE_PAGES = 75
 
 def measure(lengths=LENGTHS, repeats: int = 15, workdir=None, stride: int = STRIDE_PAGES) -> list[dict]:
     """Rows ``{length, kind, repeat, offset, pieces, wall_s, requests, bytes}``, one cold read each."""
+    from ..bench.cache import write_random_file
     from ..storage.devices import file_device_counters
     from .sharedprobe import cached_pages, pieces, pread_all
 
@@ -74,14 +75,7 @@ def measure(lengths=LENGTHS, repeats: int = 15, workdir=None, stride: int = STRI
     path = base / "data.bin"
     rows = []
     try:
-        with open(path, "wb") as f:
-            left = pos + gap
-            while left > 0:
-                n = min(left, 8 << 20)
-                f.write(os.urandom(n))
-                left -= n
-            f.flush()
-            os.fsync(f.fileno())
+        write_random_file(path, pos + gap)
         fd = os.open(path, os.O_RDONLY)
         try:
             for rep, L, kind, off in plan:

@@ -28,7 +28,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 from ..paths import REPO
 
 __all__ = ["LENGTHS", "DEFAULT_CSV", "measure", "load_curve", "curve_requests"]
@@ -48,6 +47,7 @@ def measure(lengths=LENGTHS, repeats: int = 5, workdir=None, profile: str = PROF
 
     Raises :class:`lmdbio.lab.pfs.mount.FuseUnavailable` where FUSE is missing.
     """
+    from ..bench.cache import write_random_file
     from ..pfs.model import load_profile
     from ..pfs.mount import check_fuse, mounted
 
@@ -59,8 +59,7 @@ def measure(lengths=LENGTHS, repeats: int = 5, workdir=None, profile: str = PROF
     src = base / "src"
     src.mkdir()
     try:
-        with open(src / "data.bin", "wb") as f:
-            f.write(np.random.default_rng(3).integers(0, 255, n * span, dtype=np.uint8).tobytes())
+        write_random_file(src / "data.bin", n * span, seed=3)
         rows = []
         with mounted(src, profile=profile, nodes=1, time_scale=prof.time_scale) as m:
             fd = os.open(m.path(0, "data.bin"), os.O_RDONLY)

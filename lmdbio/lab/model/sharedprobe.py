@@ -107,21 +107,6 @@ def _settle(devices, timeout_s: float = 5.0) -> None:
         time.sleep(0.01)
 
 
-def _write_file(path: Path, nbytes: int) -> None:
-    """``nbytes`` of random bytes (1 MiB blocks of one seed): no holes for the device to skip."""
-    import numpy as np
-
-    rng = np.random.default_rng(7)
-    with open(path, "wb") as f:
-        done = 0
-        while done < nbytes:
-            n = min(1 << 20, nbytes - done)
-            f.write(rng.integers(0, 255, n, dtype=np.uint8).tobytes())
-            done += n
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def pread_all(fd: int, offset: int, length: int) -> int:
     """Read ``length`` bytes at ``offset`` with one ``preadv`` (and more only on a short read)."""
     buf = bytearray(length)
@@ -166,6 +151,7 @@ def measure(repeats: int = 3, workdir=None, profile: str = "gpfs-2017", progress
     shared target cannot be made.
     """
     from lmdbio import metrics
+    from ..bench.cache import write_random_file
     from ..storage import faulters
     from ..storage.shared import load_shared_profile, shared
 
@@ -175,8 +161,8 @@ def measure(repeats: int = 3, workdir=None, profile: str = "gpfs-2017", progress
     src = base / "probe"
     src.mkdir()
     try:
-        _write_file(src / "data.bin", regions * SPAN)
-        _write_file(src / "fault.bin", FAULT_BYTES)
+        write_random_file(src / "data.bin", regions * SPAN)
+        write_random_file(src / "fault.bin", FAULT_BYTES)
         bps, iops = load_shared_profile(profile, 1.0).limits(PROBE_RANKS)
         rows: list[dict] = []
         with shared(src, nodes=NODES, profile=profile, ranks_per_node=PROBE_RANKS // NODES,
