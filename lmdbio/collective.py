@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import signal
 import threading
 import time
@@ -404,9 +405,12 @@ def _portable(rank: int, err: BaseException) -> tuple:
 
 
 def _rebuild(r: int, etype, name: str, msg: str) -> BaseException:
+    """Rank ``r``'s error on this rank; its message names rank ``r`` once."""
+    # Many of our messages already start with their rank ("rank 0 (reader): ...").
+    named = re.match(rf"rank {r}\b", msg) is not None
     if etype is not None:
         try:
-            return etype(f"rank {r}: {msg}")
+            return etype(msg if named else f"rank {r}: {msg}")
         except Exception:  # noqa: BLE001 - a type that takes other arguments
             pass
     return LmdbioError(f"rank {r}: {name}: {msg}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -107,12 +108,13 @@ def _assert_every_rank_refused(proc, left, what: str):
     for line in lines:
         assert "ResourceError" in line and what in line and "/dev/shm" in line, line
         assert "Free room in /dev/shm" in line, line   # and what to do
+        assert not re.search(r"rank (\d+)\b[^:]*: rank \1\b", line), f"rank named twice: {line}"
     assert proc.returncode not in (0, 99), out[-3000:]
     assert left == [], f"left in /dev/shm: {left}"
 
 
 @needs_small_shm
-@pytest.mark.slow
+@pytest.mark.gate
 @pytest.mark.mpi
 @pytest.mark.parametrize("variant", ["lmdbio-lmm-dio", "lmdbio-lmm"])
 def test_slots_that_do_not_fit_dev_shm_are_refused_on_every_rank(imagenet_db, variant):
@@ -122,7 +124,7 @@ def test_slots_that_do_not_fit_dev_shm_are_refused_on_every_rank(imagenet_db, va
 
 
 @needs_small_shm
-@pytest.mark.slow
+@pytest.mark.gate
 @pytest.mark.mpi
 def test_dev_shm_filled_after_the_check_is_still_no_bus_error(imagenet_db):
     """Every rank's free-space check is fooled (another job fills /dev/shm right after it):
@@ -132,7 +134,7 @@ def test_dev_shm_filled_after_the_check_is_still_no_bus_error(imagenet_db):
 
 
 @needs_small_shm
-@pytest.mark.slow
+@pytest.mark.gate
 @pytest.mark.mpi
 @pytest.mark.parametrize("mode", ["plain", "stale"])
 def test_a_slot_that_cannot_grow_is_refused_on_every_rank(growing_db, mode):
@@ -157,7 +159,7 @@ def small_db(tmp_path_factory):
                         commit_every=100, seed=5)
 
 
-@pytest.mark.slow
+@pytest.mark.gate
 @pytest.mark.parametrize("variant,seconds", [("lmdb", 6), ("lmdbio-lmm-dio", 3), ("acquire", 4)])
 def test_readers_opened_while_data_mdb_is_renamed_over(small_db, tmp_path, variant, seconds):
     """A thread renames fresh honest and same-size damaged copies into place while Readers open
