@@ -10,15 +10,19 @@ SCALE   ?= default
 CLUSTER ?= mpi
 SLURM_DIR ?= build/slurm
 
-.PHONY: venv lock test test-fast test-matrix test-slurm test-torch fuzz reproduce datasets notebooks figures strip lab bench bench-issue6 bench-issue15 bench-pfs bench-throttle bench-faulters bench-shared \
+.PHONY: venv lock test check test-all coverage test-matrix test-slurm test-torch fuzz reproduce datasets notebooks figures strip lab bench bench-issue6 bench-issue15 bench-pfs bench-throttle bench-faulters bench-shared \
 	cluster-up cluster-down clean help
 
 help:
 	@echo "make reproduce  - venv, datasets, experiments, notebooks, figures (the main job)"
 	@echo "                  SCALE=tiny|default|large CLUSTER=mpi|slurm (default: default, mpi)"
-	@echo "make test       - venv and the whole test suite but real-torch tests (24-34 min on a 2-core VM)"
-	@echo "make test-fast  - unit and small MPI tests: no notebooks, Slurm, FUSE, throttled devices,"
-	@echo "                  fuzz campaign, torch install or tests marked slow (under 2 min)"
+	@echo "make test       - the fast tier: units, real MPI at P <= 4, one notebook, fuzz smoke (minutes)"
+	@echo "make check      - the full gate CI runs: make test plus P = 3/16/64, timeouts, every notebook,"
+	@echo "                  solutions, FUSE, throttled and shared devices, Slurm, the fuzz campaign"
+	@echo "make test-all   - make check plus the long tier: real torch, the real calibration,"
+	@echo "                  the whole option matrix and the long fuzz campaign"
+	@echo "make coverage   - make check under coverage (MPI ranks and notebook kernels included);"
+	@echo "                  prints the library's line and branch coverage (lmdbio/ without lmdbio/lab/)"
 	@echo "make test-matrix - every combination of Reader options against py-lmdb (about 25 min);"
 	@echo "                  writes data/results/option_matrix/summary.csv"
 	@echo "make venv       - create/update .venv: pyproject.toml's [dev] extra, pinned by constraints.txt"
@@ -63,18 +67,34 @@ lock: venv
 	@{ sed -n '1,3p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable | grep -v '^lmdbio'; } \
 		> constraints.txt.new && mv constraints.txt.new constraints.txt
 
-# Everything but the PyTorch adapter's tests against real torch (a 5.4 GB CUDA build from PyPI,
-# or its CPU wheel): those are `make test-torch`.
+# Three tiers, by marker (pyproject.toml; each test is in exactly one): `make test` runs the
+# tests marked neither `gate` nor `long`, `make check` adds `gate` (CI runs it), `make test-all`
+# adds `long`. Each writes its slowest tests and the idle CPU share to build/test-durations.txt.
+PYTEST := $(BIN)/python -m pytest -p no:cacheprovider --durations-file build/test-durations.txt
 test: venv
-	$(BIN)/python -m pytest --durations=25 -m "not torch" tests
+	$(PYTEST) -m "not gate and not long" tests
 
-# The inner loop: markers in pyproject.toml, the slow list in tests/conftest.py.
-FAST := not slow and not notebooks and not slurm and not fuse and not throttled and not fuzz and not torch
-test-fast: venv
-	$(BIN)/python -m pytest -q -m "$(FAST)" tests
+check: venv
+	$(PYTEST) -m "not long" tests
 
-# The differential option matrix's whole cross product (lmdbio.lab.testing.matrix; test-fast runs
-# its all-pairs sample, test a random one). Fails if any combination does.
+test-all: venv
+	$(PYTEST) tests
+	LMDBIO_FUZZ_CASES=20000 $(BIN)/python -m pytest -p no:cacheprovider tests/test_fuzz.py -k campaign
+	$(BIN)/python -m lmdbio.lab.testing.matrix full --out build/option_matrix
+
+# make check under coverage: every Python process the tests start (MPI ranks, notebook kernels,
+# ipyparallel engines) measures itself (COVERAGE_PROCESS_START; coverage's .pth file).
+COVERAGE_DIR := $(abspath build/coverage)
+coverage: venv
+	@rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
+	@printf '[run]\nbranch = True\nparallel = True\nsource = $(CURDIR)/lmdbio\nomit = $(CURDIR)/lmdbio/lab/*\ndata_file = $(COVERAGE_DIR)/.coverage\n' > $(COVERAGE_DIR)/coveragerc
+	@status=0; COVERAGE_PROCESS_START=$(COVERAGE_DIR)/coveragerc $(PYTEST) -m "not long" tests || status=$$?; \
+	cd $(COVERAGE_DIR) && $(abspath $(BIN))/python -m coverage combine --rcfile=coveragerc -q . && \
+		$(abspath $(BIN))/python -m coverage json --rcfile=coveragerc -q -o coverage.json && \
+		$(abspath $(BIN))/python $(CURDIR)/tests/coverage_totals.py coverage.json; exit $$status
+
+# The differential option matrix's whole cross product (lmdbio.lab.testing.matrix; make test runs
+# its all-pairs sample, make check a random one too). Fails if any combination does.
 test-matrix: venv
 	$(BIN)/python -m lmdbio.lab.testing.matrix full --out data/results/option_matrix
 
@@ -152,10 +172,10 @@ test-slurm: venv
 
 # PyTorch is no part of .venv: the test installs the CPU wheel into ~/.cache/lmdbio/torch-cpu.
 test-torch: venv
-	$(BIN)/python -m pytest -m torch -rs tests
+	$(BIN)/python -m pytest -p no:cacheprovider -m torch -rs tests
 
 fuzz: venv
-	LMDBIO_FUZZ_CASES=20000 $(BIN)/python -m pytest tests/test_fuzz.py
+	LMDBIO_FUZZ_CASES=20000 $(BIN)/python -m pytest -p no:cacheprovider tests/test_fuzz.py -k campaign
 
 # A 2-node Slurm on this host (root: installs slurm-wlm and munge if missing).
 # Then: export SLURM_CONF=$$PWD/$(SLURM_DIR)/slurm.conf; make reproduce CLUSTER=slurm SCALE=tiny

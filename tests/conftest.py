@@ -14,6 +14,9 @@ import pytest
 from lmdbio.lab.cluster import mpiexec
 import storage_helpers
 
+#: ``--durations-file``: the slowest tests and the idle CPU share of a run (tests/durations.py).
+pytest_plugins = ["durations"]
+
 ROOT = Path(__file__).resolve().parents[1]
 #: The device-setting tests' check that a test leaves no loop device, mount, cgroup or rule.
 nothing_left = storage_helpers.nothing_left

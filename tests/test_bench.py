@@ -239,7 +239,7 @@ def test_make_points_adds_limit_and_baseline():
 
 
 @pytest.mark.mpi
-@pytest.mark.slow
+@pytest.mark.gate
 def test_cli_sweep_writes_three_files(db, tmp_path, capsys):
     from lmdbio.cli import main
 
@@ -489,7 +489,7 @@ def db_mid(tmp_path_factory):
                             commit_every=1000, seed=2))
 
 
-@pytest.mark.slow
+@pytest.mark.gate
 def test_no_variant_beats_the_raw_limit(db_mid, comm):
     """raw is an upper bound: no variant's median over repeats beats it by more than 10%."""
     import lmdbio
@@ -561,7 +561,7 @@ def _need_fuse():
 
 @pytest.mark.mpi
 @pytest.mark.fuse
-@pytest.mark.slow
+@pytest.mark.gate
 def test_sweep_on_an_emulated_pfs_adds_model_counters(db_mid, tmp_path):
     """--storage pfs:local: node views per virtual node, cold evicts each, counters in the results."""
     _need_fuse()

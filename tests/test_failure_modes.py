@@ -19,7 +19,7 @@ FAST = {"LMDBIO_TIMEOUT": "3", "LMDBIO_EXIT_TIMEOUT": "1"}
 
 # ---------------------------------------------------------------- F2: symbolic links
 
-@pytest.mark.slow
+@pytest.mark.gate
 def test_a_symlinked_data_mdb_is_locked_where_the_writer_writes(tmp_path):
     """data.mdb links into another directory and a writer works through the real one:
     our reader slots must be in the lock file that writer uses, so no page we read is
@@ -98,7 +98,7 @@ def test_a_users_own_open_environment_is_named(datasets, variant):
 
 # ---------------------------------------------------------------- F7: a file that shrinks
 
-@pytest.mark.slow
+@pytest.mark.gate
 def test_a_file_truncated_during_an_mmap_read_is_an_error_not_sigbus(datasets, tmp_path):
     """Before: 'Fatal Python error: Bus error' under lmdb and lmdbio-lmm."""
     variants = ["lmdb", "lmdb-get", "lmdbio-lmm", "lmdbio-lmm-dm"]
@@ -131,7 +131,7 @@ def test_bad_settings_fail_the_construction(datasets, monkeypatch, name, value):
 
 # ---------------------------------------------------------------- issue 19: DM speculation runs
 
-@pytest.mark.slow
+@pytest.mark.gate
 def test_dm_speculation_is_issued_and_scored(tmp_path):
     """map_addr is 0 without MDB_FIXEDMAP, so the old code never issued a read-ahead
     (speculated bytes 0, every page missed). Cold, P=2: each reader asks for pages,
@@ -156,7 +156,7 @@ def _error_lines(stderr: str) -> list[str]:
     return [l for l in stderr.splitlines() if l.startswith("lmdbio: error: rank ")]
 
 
-@pytest.mark.slow
+@pytest.mark.gate
 @pytest.mark.parametrize("variant,rpn", [("lmdb", 0), ("auto", 0), ("lmdbio-direct", 0),
                                          ("lmdbio-lmm-dio-prov-coal", 0),
                                          ("lmdbio-lmm-dio-prov-coal-stag", 0),
@@ -175,7 +175,7 @@ def test_a_stopped_rank_is_named_and_the_job_ends(datasets, variant, rpn):
         assert "its reader, rank 0, stopped" not in blamed, line
 
 
-@pytest.mark.slow
+@pytest.mark.gate
 @pytest.mark.parametrize("after", ["0.6", "1.3", "2.1"])
 def test_ctrl_c_during_construction_ends_every_rank(datasets, after):
     """Before: 2 of 6 runs hung, the ranks that missed the signal spinning in

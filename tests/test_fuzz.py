@@ -13,7 +13,8 @@ or a hang (past the per-case limit) is pinned on one case; the test then fails
 with that case's base and seed, and saves the mutated file under build/fuzz/.
 
 Settings (environment):
-    LMDBIO_FUZZ_CASES    mutated files (default 2000; ``make fuzz`` runs more)
+    LMDBIO_FUZZ_CASES    mutated files of the gate's campaign (default 2000; ``make fuzz``
+                         20000); ``make test``'s smoke runs 200
     LMDBIO_FUZZ_SEED     campaign seed (default 1)
     LMDBIO_FUZZ_WORKERS  worker processes (default 2)
     LMDBIO_FUZZ_TIMEOUT  seconds one case may take before it counts as a hang (default 60)
@@ -395,8 +396,19 @@ REGRESSIONS = [("mixed10", 1010442)]
 
 
 @pytest.mark.fuzz
+def test_fuzz_smoke(tmp_path_factory):
+    """``make test``'s share: every case that ever failed, then 200 mutated files."""
+    _campaign(tmp_path_factory, 200)
+
+
+@pytest.mark.fuzz
+@pytest.mark.gate
 def test_fuzz_campaign(tmp_path_factory):
-    n_cases = _env_int("LMDBIO_FUZZ_CASES", 2000)
+    """``make check``'s campaign: 2,000 mutated files (``LMDBIO_FUZZ_CASES``; ``make fuzz`` 20,000)."""
+    _campaign(tmp_path_factory, _env_int("LMDBIO_FUZZ_CASES", 2000))
+
+
+def _campaign(tmp_path_factory, n_cases: int) -> None:
     seed = _env_int("LMDBIO_FUZZ_SEED", 1)
     workers = _env_int("LMDBIO_FUZZ_WORKERS", 2)
     limit = float(_env_int("LMDBIO_FUZZ_TIMEOUT", 60))
@@ -404,9 +416,10 @@ def test_fuzz_campaign(tmp_path_factory):
     bases = make_bases(root / "bases")
     names = sorted(bases)
     controls = [{"case": -1 - i, "base": b, "seed": None} for i, b in enumerate(names)]
-    cases = [{"case": i, "base": names[i % len(names)], "seed": seed * 1_000_003 + i}
-             for i in range(n_cases)]
-    cases += [{"case": n_cases + i, "base": b, "seed": s} for i, (b, s) in enumerate(REGRESSIONS)]
+    # The cases that once failed come first: a regression shows before the new cases run.
+    cases = [{"case": n_cases + i, "base": b, "seed": s} for i, (b, s) in enumerate(REGRESSIONS)]
+    cases += [{"case": i, "base": names[i % len(names)], "seed": seed * 1_000_003 + i}
+              for i in range(n_cases)]
     n_cases = len(cases)
     t0 = time.monotonic()
     camp = run_campaign(bases, controls + cases, root / "run", workers=workers, timeout=limit)
@@ -449,7 +462,7 @@ def test_fuzz_campaign(tmp_path_factory):
     assert summary["cases_with_an_error"] > n_cases // 2
 
 
-@pytest.mark.slow
+@pytest.mark.gate
 def test_harness_pins_crashes_and_hangs_on_their_case(tmp_path):
     """A worker that dies or stops answering is reported with the case that did it, and the
     campaign goes on with a fresh worker (so a real crash cannot pass unnoticed)."""
@@ -549,7 +562,7 @@ def _damage(path: Path, lay: dict, kind: str) -> None:
     path.write_bytes(buf)
 
 
-@pytest.mark.slow
+@pytest.mark.gate
 @pytest.mark.parametrize("fmt_name", ["0.9", "1.0"])
 def test_damaged_files_through_every_variant(tmp_path, fmt_name):
     """Issue 13 item 6: damaged files give LmdbFormatError naming the file through every

@@ -167,7 +167,7 @@ def _value_ok(key: bytes, value: bytes) -> bool:
     return fill == bytes([gen % 251]) * len(fill)
 
 
-@pytest.mark.slow
+@pytest.mark.gate
 @pytest.mark.parametrize("fmt_name", FORMATS)
 def test_snapshot_under_concurrent_writer(tmp_path, fmt_name):
     """A writer deletes and re-puts while readers pread: every value equals the snapshot's."""
@@ -237,7 +237,7 @@ def test_check_tree_returns_the_current_meta(tmp_path):
     assert check_tree(path / "data.mdb").entries == 800
 
 
-@pytest.mark.slow
+@pytest.mark.gate
 @pytest.mark.parametrize("fmt_name", FORMATS)
 def test_check_tree_beside_a_writer(tmp_path, fmt_name, monkeypatch):
     """A live writer recycles pages under an unlocked walk: check_tree retries, never calls

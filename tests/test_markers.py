@@ -1,12 +1,14 @@
 """Test markers are set where each test is defined, and every one is declared in pyproject.toml.
 
-``make test-fast`` leaves tests out by marker (``slow``, ``fuse``, ``throttled``, ...). A marker
+The tiers are chosen by marker (``gate``: make check only; ``long``: make test-all only). A marker
 added by a hook from a list of test names is lost without a word when a test is renamed, and an
 undeclared marker is a typo that selects nothing (``--strict-markers`` in addopts refuses it too).
 """
 
 import ast
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -62,11 +64,29 @@ def test_every_marker_used_is_declared_in_pyproject():
                             f"{undeclared}")
 
 
-def test_make_test_fast_leaves_out_declared_markers_that_mark_tests():
-    fast = re.search(r"^FAST\s*:?=\s*(.+)$", (ROOT / "Makefile").read_text(), re.M)
-    assert fast, "no FAST := ... in the Makefile"
-    left_out = set(re.findall(r"\bnot\s+(\w+)", fast.group(1)))
-    assert {"slow", "fuse", "throttled", "fuzz"} <= left_out
-    assert left_out <= _declared(), left_out - _declared()
-    unused = left_out - set(_used())
-    assert not unused, f"make test-fast leaves out markers no test carries: {sorted(unused)}"
+def _make_recipe(target: str) -> str:
+    """The recipe lines of ``target:`` in the Makefile, joined."""
+    text = (ROOT / "Makefile").read_text()
+    m = re.search(rf"^{re.escape(target)}:[^\n]*\n((?:\t[^\n]*\n)+)", text, re.M)
+    assert m, f"no {target}: rule in the Makefile"
+    return m.group(1)
+
+
+def test_the_three_tiers_are_marker_expressions_and_each_includes_the_one_before():
+    """make test: neither gate nor long; make check: not long (so it runs make test's tests
+    too); make test-all: every test."""
+    assert {"gate", "long"} <= _declared()
+    assert '-m "not gate and not long" tests' in _make_recipe("test")
+    assert '-m "not long" tests' in _make_recipe("check")
+    assert re.search(r"\$\(PYTEST\) tests\n", _make_recipe("test-all"))
+    assert {"gate", "long"} <= set(_used()), "a tier marker that no test carries"
+    assert re.search(r"^make check$", (ROOT / ".ci" / "run").read_text(), re.M), "CI runs make check"
+
+
+def test_machine_bound_tests_are_in_the_gate_and_no_test_is_in_two_tiers():
+    """Slurm, throttled devices and the torch install never run in make test; no test carries
+    both tier markers."""
+    wrong = "(gate and long) or (not gate and not long and (slurm or throttled or torch))"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only",
+                           "-q", "-m", wrong, str(TESTS)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 5, f"tests in the wrong tier:\n{done.stdout[-3000:]}{done.stderr[-2000:]}"

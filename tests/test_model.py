@@ -426,7 +426,7 @@ def test_validate_reads_an_emulated_pfs_sweep(tmp_path):
 
 
 @pytest.mark.mpi
-@pytest.mark.slow
+@pytest.mark.long
 def test_calibrate_measures_positive_costs_here(tmp_path):
     from lmdbio.lab.model.calibrate import FLOOR_PER_BYTE_S, FLOOR_S, run_calibration
 
@@ -623,6 +623,7 @@ def test_the_curve_changes_pfs_predictions_only(tmp_path):
 
 
 @pytest.mark.fuse
+@pytest.mark.gate
 def test_requests_per_read_are_measured_through_a_pfs_mount(tmp_path):
     from lmdbio.lab.model.requests import measure
     from lmdbio.lab.pfs.mount import FuseUnavailable

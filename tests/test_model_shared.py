@@ -206,6 +206,7 @@ def test_the_committed_probe_reads_as_the_model_uses_it():
 
 
 @pytest.mark.throttled
+@pytest.mark.gate
 def test_the_probe_measures_a_real_shared_target(tmp_path):
     from lmdbio.lab.storage.shared import shared_available
 

@@ -1,7 +1,7 @@
 """The differential option matrix (lmdbio.lab.testing.matrix): its combinations, its checks, its runs.
 
-The all-pairs sample runs in ``make test-fast``, a seeded random sample in ``make test``
-(slow), the whole cross product in ``make test-matrix``.
+The all-pairs sample runs in ``make test``, a seeded random sample in ``make check``
+(gate), the whole cross product in ``make test-matrix``.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_all_pairs_covers_every_pair_of_option_values(pool):
     for chosen in (mx.all_pairs(pool), mx.fast_sample(pool)):
         have = set().union(*(mx.pair_set(c) for c in chosen))
         assert have == need
-        assert len(chosen) == len(set(chosen)) <= 60        # the make test-fast budget
+        assert len(chosen) == len(set(chosen)) <= 60        # the make test budget
         assert len({c.variant for c in chosen}) == len(mx.VARIANT_NAMES)
     assert set(mx.REGRESSIONS) <= set(pool)
     assert mx.fast_sample(pool)[:len(mx.REGRESSIONS)] == list(mx.REGRESSIONS)
@@ -204,14 +204,14 @@ def test_failures_are_grouped_with_a_command_that_reruns_them(pool):
 # --------------------------------------------------------------------------- the runs
 
 def test_the_all_pairs_sample_delivers_exactly_its_records(pool, matrix_root):
-    """``make test-fast``: every pair of option values at least once, and the settings of
+    """``make test``: every pair of option values at least once, and the settings of
     issue 28's findings (matrix.REGRESSIONS), against py-lmdb."""
     rows = mx.run(mx.fast_sample(pool), root=matrix_root, hang_s=60)
     assert not [r for r in rows if r["verdict"].startswith("FAIL")], _fails(rows)
     assert sum(r["checked"] for r in rows) > 0
 
 
-@pytest.mark.slow
+@pytest.mark.gate
 def test_a_random_sample_delivers_exactly_its_records(pool, matrix_root):
     """``make test``: 150 combinations drawn with a fixed seed."""
     rows = mx.run(mx.random_sample(pool, 150, seed=28), root=matrix_root, hang_s=60)

@@ -18,7 +18,7 @@ import pytest
 from lmdbio.lab.pfs import mount as pm
 from lmdbio.lab.procs import pid_alive
 
-pytestmark = pytest.mark.fuse
+pytestmark = [pytest.mark.fuse, pytest.mark.gate]
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -68,7 +68,7 @@ def test_runtime_dependencies_are_ranges_and_the_pins_live_in_constraints():
     assert "-c constraints.txt" in make
 
 
-@pytest.mark.slow
+@pytest.mark.gate
 def test_pip_install_brings_no_notebook_packages(tmp_path):
     """What ``pip install .`` would install into an empty environment (pip's resolver, dry run).
 

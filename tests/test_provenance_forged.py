@@ -218,7 +218,7 @@ def _lines(out, variant, nprocs):
     return got
 
 
-@pytest.mark.slow
+@pytest.mark.gate
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs,rpn", [(2, "None"), (4, "2")])
 def test_readers_never_serve_a_forged_sidecar(forged_db, nprocs, rpn):

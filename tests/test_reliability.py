@@ -37,7 +37,7 @@ def run_peers(tmp_path, script, n, *args, env=None, timeout=60):
     return proc, got
 
 
-@pytest.mark.slow
+@pytest.mark.gate
 @pytest.mark.parametrize("fmt", ["0.9", "1.0"])
 def test_every_variant_reads_its_snapshot_beside_a_writer(tmp_path, fmt):
     from lmdbio.datasets import make_dataset
@@ -100,7 +100,7 @@ def test_a_lone_error_raises_and_releases_the_group(datasets, tmp_path):
         assert "caught PeerError" in got[rank][0] and "rank 2" in got[rank][0], got
 
 
-@pytest.mark.slow
+@pytest.mark.gate
 @pytest.mark.parametrize("on_error", ["abort", "raise"])
 def test_a_rank_failing_alone_while_others_are_busy(datasets, tmp_path, on_error):
     env = {**FAST, "LMDBIO_ON_ERROR": on_error}
@@ -118,7 +118,7 @@ def test_a_rank_failing_alone_while_others_are_busy(datasets, tmp_path, on_error
         assert "caught PeerError" in got[0][0], got
 
 
-@pytest.mark.slow
+@pytest.mark.gate
 def test_a_member_that_stops_early_is_named_within_the_timeout(datasets, tmp_path):
     out, got = run_peers(tmp_path, "rel_peers.py", 2, "stop-early", datasets["cifar10"],
                          "lmdbio-lmm-dio", env=FAST)
@@ -128,7 +128,7 @@ def test_a_member_that_stops_early_is_named_within_the_timeout(datasets, tmp_pat
     assert "caught PeerError" in got[1][0] and "[0]" in got[1][0], got
 
 
-@pytest.mark.slow
+@pytest.mark.gate
 @pytest.mark.parametrize("mode", ["exit-early", "close-missing"])
 def test_close_does_not_wait_for_a_rank_that_left(datasets, tmp_path, mode):
     out, got = run_peers(tmp_path, "rel_peers.py", 2, mode, datasets["cifar10"], "lmdbio-lmm-dio",
@@ -140,7 +140,7 @@ def test_close_does_not_wait_for_a_rank_that_left(datasets, tmp_path, mode):
     assert "close raised PeerTimeoutError" in got[0][-1], got
 
 
-@pytest.mark.slow
+@pytest.mark.gate
 def test_a_ring_reader_that_stops_is_a_timeout(datasets, tmp_path):
     # Virtual nodes of one rank: two DM readers pass the cursor around a ring.
     out, got = run_peers(tmp_path, "rel_ring.py", 2, datasets["cifar10"], env=FAST)
@@ -148,7 +148,7 @@ def test_a_ring_reader_that_stops_is_a_timeout(datasets, tmp_path):
     assert "PeerTimeoutError" in got[1][0] and "did not pass the cursor" in got[1][0], got
 
 
-@pytest.mark.slow
+@pytest.mark.gate
 def test_node_in_the_path_reads_each_nodes_copy(datasets, tmp_path):
     root = tmp_path / "mnt"
     (root / "node0").mkdir(parents=True)

@@ -132,6 +132,7 @@ def test_bench_parses_shared_storage():
 
 @needs_device
 @pytest.mark.throttled
+@pytest.mark.gate
 def test_two_nodes_share_one_budget_and_cache_apart(src, nothing_left):
     with sh.shared(src, nodes=2, read_bps=BPS, read_iops=IOPS) as s:
         rule = s._state["rule"]
@@ -169,6 +170,7 @@ def test_two_nodes_share_one_budget_and_cache_apart(src, nothing_left):
 
 @needs_device
 @pytest.mark.throttled
+@pytest.mark.gate
 def test_nothing_stays_after_an_exception(src, nothing_left):
     with pytest.raises(RuntimeError, match="inside"):
         with sh.shared(src, nodes=2) as s:
@@ -182,6 +184,7 @@ def test_nothing_stays_after_an_exception(src, nothing_left):
 
 @needs_device
 @pytest.mark.throttled
+@pytest.mark.gate
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_nothing_stays_after_the_holder_is_killed(src, nothing_left, sig):
     """SIGTERM: the handler raises and finally cleans up; SIGKILL: the janitor does."""
@@ -194,6 +197,7 @@ def test_nothing_stays_after_the_holder_is_killed(src, nothing_left, sig):
 
 @needs_device
 @pytest.mark.throttled
+@pytest.mark.gate
 @pytest.mark.mpi
 def test_bench_sweep_on_the_shared_target(tmp_path, nothing_left):
     """``lmdbio bench --storage shared:PROFILE``: 2 virtual nodes, S's budget and counters per point."""

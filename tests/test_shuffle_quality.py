@@ -69,7 +69,7 @@ def test_node_reader_bytes_follow_plan_extents():
 
 
 @pytest.mark.mpi
-@pytest.mark.slow
+@pytest.mark.gate
 def test_node_reader_bytes_match_the_readers_counters(tmp_path_factory):
     """tests/mpi/window_bytes.py's node readers (4 ranks, 2 per node, the full LMDBIO stack)
     read within 3% of the bytes node_reader_bytes gives, in as many requests when shuffled."""

@@ -19,7 +19,7 @@ from lmdbio.lab import cluster as C
 from lmdbio.lab.procs import pid_alive
 from lmdbio.lab.testing.slurm import MiniSlurm, available, processes_using
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.gate]
 HERE = Path(__file__).resolve().parent
 NODES, PER_NODE = 2, 2
 

@@ -136,6 +136,7 @@ def torch_path() -> str | None:
 
 
 @pytest.mark.torch
+@pytest.mark.long
 def test_dataloader_over_mpi_ranks_with_torch_installed(db):
     """Installs torch if needed, then tests/mpi/torch_checks.py on 2 ranks (its docstring)."""
     path = torch_path()
@@ -145,6 +146,7 @@ def test_dataloader_over_mpi_ranks_with_torch_installed(db):
 
 
 @pytest.mark.torch
+@pytest.mark.long
 def test_dataloader_resumes_mid_epoch_with_torch_installed(db):
     """Installs torch if needed, then tests/mpi/torch_resume.py on 2 ranks (its docstring):
     LmdbDataset's state_dict / load_state_dict as StatefulDataLoader calls them."""
@@ -162,6 +164,7 @@ def _run_workers(db, check: str):
 
 
 @pytest.mark.torch
+@pytest.mark.long
 def test_workers_deliver_the_readers_order_with_torch_installed(db):
     """tests/mpi/torch_workers.py order on 2 ranks: num_workers 0, 2 (fork) and 2 (spawn)
     deliver the Reader's records in its order, in file order and shuffled by shard."""
@@ -169,6 +172,7 @@ def test_workers_deliver_the_readers_order_with_torch_installed(db):
 
 
 @pytest.mark.torch
+@pytest.mark.long
 def test_persistent_workers_follow_set_epoch_with_torch_installed(db):
     """tests/mpi/torch_workers.py persistent on 2 ranks: persistent workers read each epoch
     set_epoch names."""
@@ -176,6 +180,7 @@ def test_persistent_workers_follow_set_epoch_with_torch_installed(db):
 
 
 @pytest.mark.torch
+@pytest.mark.long
 def test_workers_resume_mid_epoch_with_torch_installed(db):
     """tests/mpi/torch_workers.py resume on 2 ranks: with 2 workers, a state from the training
     process (state_dict(batches=k)) and the workers' own states resume at the next batch."""
@@ -183,6 +188,7 @@ def test_workers_resume_mid_epoch_with_torch_installed(db):
 
 
 @pytest.mark.torch
+@pytest.mark.long
 def test_workers_name_max_readers_with_torch_installed(db):
     """tests/mpi/torch_workers.py readers on 2 ranks: a reader table too small for the workers
     is refused, naming max_readers and the readers needed."""
@@ -208,6 +214,7 @@ def _torchrun(db, variant: str, *extra: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.torch
+@pytest.mark.long
 def test_torchrun_ddp_reads_every_record_once_with_torch_installed(db):
     """torchrun --nproc_per_node 4, no MPI: a DDP CPU loop over LmdbDataset (lmdbio-direct)
     with num_workers 0 and 2 gets every record once per epoch, py-lmdb's bytes; a node-group
@@ -218,6 +225,7 @@ def test_torchrun_ddp_reads_every_record_once_with_torch_installed(db):
 
 
 @pytest.mark.torch
+@pytest.mark.long
 def test_torchrun_reads_without_mpi4py_with_torch_installed(db):
     """The same loop (lmdb-get) with ``import mpi4py`` failing in every process."""
     _torchrun(db, "lmdb-get", "--block-mpi4py")

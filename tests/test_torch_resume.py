@@ -54,6 +54,7 @@ def _torchrun(nprocs: int, *args) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.torch
+@pytest.mark.long
 def test_torchrun_resumes_after_any_batch_in_every_mode(db, tmp_path):
     """torchrun --nproc_per_node 4: in file order, window, shard and elastic order, a Reader
     stopped after any batch of an epoch and rebuilt from its state delivers the rest of the
@@ -69,6 +70,7 @@ def _global(db) -> dict[int, list[list[int]]]:
 
 
 @pytest.mark.torch
+@pytest.mark.long
 def test_torchrun_elastic_state_saved_on_four_ranks_continues_on_two(db, tmp_path):
     """Saved under torchrun on 4 ranks after 5 batches of epoch 1 (a Reader, and an
     LmdbDataset in a DataLoader), continued by a second torchrun on 2 ranks: the global batches
