@@ -141,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         msg = " ".join(str(exc).split()) or type(exc).__name__
+        if isinstance(exc, OSError) and exc.filename is None and getattr(args, "path", None):
+            # An error from a read deep inside (EIO from /proc/self/mem) names no file: name it.
+            msg = (f"{args.path}: {msg}: reading it failed; give an LMDB directory or its data.mdb "
+                   "on a device that reads")
         print(f"lmdbio: error: {msg}", file=sys.stderr)
         return 1
     except ImportError as exc:   # a lab command without the lab's packages

@@ -152,3 +152,7 @@ def test_cli_error_is_one_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "lmdbio", "info", str(tmp_path / "nothere")],
                          capture_output=True, text=True)
     assert out.returncode == 1 and "does not exist" in out.stderr and "Traceback" not in out.stderr
+    # F27: an I/O error from deep inside a read (EIO: /proc/self/mem) names the path it read.
+    out = subprocess.run([sys.executable, "-m", "lmdbio", "info", "/proc/self/mem"],
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and out.stderr.startswith("lmdbio: error: /proc/self/mem: "), out.stderr
