@@ -178,6 +178,7 @@ class _Outcome:
     complete: bool          # every rank came
     value: Any              # the combined value (of every rank, or of those heard from)
     missing: list[int]      # ranks that did not come (or gave up before this rank came)
+    waited: float = 0.0     # seconds this rank spent in the round
 
 
 def _round(comm, tag: int, value: Any, combine: Callable[[Any, Any], Any], limit: float,
@@ -352,7 +353,7 @@ def _round(comm, tag: int, value: Any, combine: Callable[[Any, Any], Any], limit
         _ABANDONED.append(pending)   # mpi4py's requests hold the pickled buffers
         st.pending = [q for q in st.pending if not q.Test()] + pending
     _prune()
-    return _Outcome(bool(complete), v, list(missing))
+    return _Outcome(bool(complete), v, list(missing), time.monotonic() - t0)
 
 
 def _prune() -> None:
@@ -423,10 +424,11 @@ def _not_come(comm, out: _Outcome, what: str, limit: float) -> PeerTimeoutError:
             f"rank {me}: reached {what} after the other ranks had given up waiting for it "
             f"({limit:g} s, LMDBIO_TIMEOUT): this rank was slower than the others by that long")
     return PeerTimeoutError(
-        f"rank {me}: rank(s) {out.missing} did not come to {what} within {limit:g} s "
-        "(LMDBIO_TIMEOUT): they stopped (an error outside lmdbio, an early break, a debugger) "
-        "or exited. Every rank must take the same collective steps (constructing the Reader, "
-        "each epoch(), close()) in the same order")
+        f"rank {me}: rank(s) {out.missing} did not come to {what}: this rank waited "
+        f"{out.waited:.1f} s of the {limit:g} s limit (LMDBIO_TIMEOUT; the ranks give up "
+        "before it, so that every rank hears who is missing within it): they stopped (an error "
+        "outside lmdbio, an early break, a debugger) or exited. Every rank must take the same "
+        "collective steps (constructing the Reader, each epoch(), close()) in the same order")
 
 
 def collective(comm, fn: Callable, *args, **kwargs):
