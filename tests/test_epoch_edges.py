@@ -15,8 +15,8 @@ from lmdbio.datasets import make_dataset
 
 from conftest import run_bounded
 
-# Slow: 21 MPI jobs; make test-fast's option matrix sample covers A-C.
-pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+# Gate: 21 MPI jobs; make test's option matrix sample covers A-C.
+pytestmark = [pytest.mark.mpi, pytest.mark.gate]
 
 SCRIPT = "epoch_edges.py"
 

@@ -1,6 +1,6 @@
-"""Epoch order: chunks permuted, windows shuffled, the per-rank split, the last-batch policies."""
-
-from collections import Counter
+"""Epoch order: chunks permuted, windows shuffled, bad arguments, randomness metrics. The
+per-rank split and the last-batch policies (every record once per epoch) are
+tests/test_epoch_property.py's."""
 
 import numpy as np
 import pytest
@@ -8,55 +8,7 @@ import pytest
 from lmdbio import shuffle
 from lmdbio.errors import ConfigurationError
 
-N, B = 1000, 48          # 1000 % 48 = 40: a partial last batch; 48 divides among 1, 3, 4, 16 ranks
-
-
-def _delivered(order, batch, nprocs, policy):
-    """Every rank's batches, and all records delivered in the epoch (with repeats)."""
-    per_rank = [shuffle.rank_batches(order, batch, nprocs, r, policy) for r in range(nprocs)]
-    flat = np.concatenate([np.concatenate(b) if b else np.empty(0, np.int64) for b in per_rank])
-    return per_rank, flat
-
-
-@pytest.mark.parametrize("nprocs", [1, 3, 4, 16])
-@pytest.mark.parametrize("n", [N, 960])  # with and without a partial last batch
-def test_short_delivers_every_record_exactly_once(nprocs, n):
-    order = shuffle.epoch_order(n, block=10, window=3, seed=7, epoch=2)
-    per_rank, flat = _delivered(order, B, nprocs, "short")
-    assert sorted(flat.tolist()) == list(range(n))
-    nb = shuffle.num_batches(n, B, "short")
-    assert nb == -(-n // B) and all(len(b) == nb for b in per_rank)
-    for t in range(nb):  # the ranks' shares, in rank order, are the global batch
-        glued = np.concatenate([per_rank[r][t] for r in range(nprocs)])
-        assert np.array_equal(glued, order[t * B:(t + 1) * B])
-    sizes = [len(per_rank[r][-1]) for r in range(nprocs)]
-    assert max(sizes) - min(sizes) <= 1 and sum(sizes) == (n % B or B)
-
-
-@pytest.mark.parametrize("nprocs", [1, 3, 4, 16])
-def test_pad_fills_the_last_batch_from_the_start(nprocs):
-    order = shuffle.epoch_order(N, block=10, window=3, seed=7, epoch=0)
-    per_rank, flat = _delivered(order, B, nprocs, "pad")
-    rest = N % B
-    assert Counter(flat.tolist()) == Counter(list(range(N)) + order[:B - rest].tolist())
-    assert all(len(x) == B // nprocs for b in per_rank for x in b)
-
-
-@pytest.mark.parametrize("nprocs", [1, 3, 4, 16])
-def test_drop_leaves_out_the_partial_batch(nprocs):
-    order = shuffle.epoch_order(N, block=10, window=3, seed=7, epoch=0)
-    per_rank, flat = _delivered(order, B, nprocs, "drop")
-    keep = N - N % B
-    assert sorted(flat.tolist()) == sorted(order[:keep].tolist())
-    assert len(set(flat.tolist())) == keep
-    assert all(len(b) == N // B for b in per_rank)
-
-
-@pytest.mark.parametrize("n,chunk,window", [(1000, 10, 3), (1001, 64, 1), (50, 100, 2),
-                                            (7, 1, 1), (4096, 256, 16)])
-def test_order_is_a_permutation(n, chunk, window):
-    order = shuffle.epoch_order(n, chunk, window, seed=1, epoch=0)
-    assert order.dtype == np.int64 and sorted(order.tolist()) == list(range(n))
+N = 1000
 
 
 def test_same_seed_and_epoch_give_the_same_order_and_others_differ():

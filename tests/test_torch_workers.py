@@ -1,6 +1,6 @@
-"""lmdbio.torch's parts for DataLoader workers that need no torch: the split of a rank's
-batches among workers, the rank's plan against the Reader, a worker's reading path in a
-spawned process, and LMDB's reader table.
+"""lmdbio.torch's parts for DataLoader workers that need no torch: the rank's plan against
+the Reader, a worker's reading path in a spawned process, and LMDB's reader table. (The
+split of a rank's batches among workers: tests/test_epoch_property.py.)
 
 A spawned process imports this module: nothing here imports mpi4py at import time.
 """
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lmdbio.errors import ConfigurationError
-from lmdbio.torch import WorkerReader, make_plan, worker_batches
+from lmdbio.torch import WorkerReader, make_plan
 
 ORDER = dict(seed=4, shuffle_block=6, shuffle_window=3)
 #: (shuffle, shuffle_block): every mode, and the default block (from the mean record size)
@@ -27,22 +27,6 @@ def db(tmp_path_factory):
 
     return make_dataset(tmp_path_factory.mktemp("workers") / "c", "cifar10", 203,
                         commit_every=50, seed=3)
-
-
-@pytest.mark.parametrize("total,start,workers", [(26, 0, 1), (26, 0, 2), (26, 5, 2), (26, 7, 3),
-                                                 (5, 3, 4), (6, 6, 2)])
-def test_workers_taken_in_turn_give_the_rank_order(total, start, workers):
-    """DataLoader takes one item from each worker in turn (worker 0 first) and skips a worker
-    that is done: the merged items are the rank's batches start .. total-1, in order."""
-    its = [iter(worker_batches(total, start, w, workers)) for w in range(workers)]
-    merged, live = [], list(range(workers))
-    while live:
-        for w in list(live):
-            try:
-                merged.append(next(its[w]))
-            except StopIteration:
-                live.remove(w)
-    assert merged == list(range(start, total))
 
 
 def _reader_epoch(db, shuffle, epoch, block=6):

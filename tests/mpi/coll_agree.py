@@ -3,9 +3,10 @@
 usage: coll_agree.py LIMIT [STOPPED]
 
 Ranks 1, P // 2 and P - 1 say they failed. Without STOPPED every rank agrees at
-once. With STOPPED that rank is stopped: it comes LIMIT + 3 s late, after every
-other rank had to give up. Each rank prints one JSON line: {"rank", "complete",
-"failed", "missing", "seconds" (its time in agree()), "sent" (messages it sent)}.
+once. With STOPPED that rank is stopped: it comes only once every other rank has
+given up on it (it waits on COMM_WORLD until they have). Each rank prints one JSON
+line: {"rank", "complete", "failed", "missing", "seconds" (its time in agree()),
+"sent" (messages it sent)}.
 """
 
 import json
@@ -26,10 +27,12 @@ rank, P = comm.rank, comm.size
 failed = rank in (1, P // 2, P - 1)
 polite_barrier(comm)   # start together: the skew the naming allows is a fraction of the limit
 if rank == stopped:
-    time.sleep(limit + 3)
+    polite_barrier(MPI.COMM_WORLD)
 sent0 = messages_sent()
 t0 = time.monotonic()
 complete, failed_ranks, missing = agree(comm, failed, limit)
 took = time.monotonic() - t0
+if stopped is not None and rank != stopped:
+    polite_barrier(MPI.COMM_WORLD)   # now the stopped rank comes
 say(rank, json.dumps({"rank": rank, "complete": complete, "failed": failed_ranks, "missing": missing,
                   "seconds": round(took, 3), "sent": messages_sent() - sent0}))

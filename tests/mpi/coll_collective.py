@@ -6,9 +6,10 @@ Modes (each rank prints "rank R: <what happened>" lines):
   errors   a step that fails on rank 2; on ranks 1 and 3 with different errors (the
            lowest rank's wins); with an error class only rank 1 knows; a step that
            works; a bounded allgather
-  missing  rank P - 1 is stopped for LMDBIO_TIMEOUT + 3 s before a step: the others
-           must raise PeerTimeoutError naming it, within about LMDBIO_TIMEOUT; then
-           every rank takes one more step on the same communicator
+  missing  rank P - 1 comes to a step only once the others have given up on it (it
+           waits on COMM_WORLD until they have): the others must raise
+           PeerTimeoutError naming it, within about LMDBIO_TIMEOUT, and it one saying
+           it came late; then every rank takes one more step on the same communicator
 """
 
 import sys
@@ -18,7 +19,7 @@ from mpi4py import MPI
 
 from lmdbio.collective import allgather, collective
 from lmdbio.errors import ConfigurationError
-from lmdbio.waiting import polite_barrier, timeout
+from lmdbio.waiting import polite_barrier
 
 from coll_say import say as _say
 
@@ -60,10 +61,13 @@ if mode == "errors":
     say(f"allgather: {allgather(comm, rank * rank)!r}")
 elif mode == "missing":
     polite_barrier(comm)
-    if rank == P - 1:
-        time.sleep(timeout() + 3)
+    late = rank == P - 1
+    if late:
+        polite_barrier(MPI.COMM_WORLD)   # away until every other rank has given up on it
     t0 = time.monotonic()
     step("missing", lambda: rank)
     say(f"took {time.monotonic() - t0:.1f} s")
+    if not late:
+        polite_barrier(MPI.COMM_WORLD)
     polite_barrier(comm)
     step("after", lambda: rank)
