@@ -84,9 +84,10 @@ test-all: venv
 
 # make check under coverage: every Python process the tests start (MPI ranks, notebook kernels,
 # ipyparallel engines) measures itself (COVERAGE_PROCESS_START; coverage's .pth file).
+# The folder is world-writable: some tests run lmdbio as another user (uid 65534).
 COVERAGE_DIR := $(abspath build/coverage)
 coverage: venv
-	@rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
+	@rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR) && chmod 1777 $(COVERAGE_DIR)
 	@printf '[run]\nbranch = True\nparallel = True\nsource = $(CURDIR)/lmdbio\nomit = $(CURDIR)/lmdbio/lab/*\ndata_file = $(COVERAGE_DIR)/.coverage\n' > $(COVERAGE_DIR)/coveragerc
 	@status=0; COVERAGE_PROCESS_START=$(COVERAGE_DIR)/coveragerc $(PYTEST) -m "not long" tests || status=$$?; \
 	cd $(COVERAGE_DIR) && $(abspath $(BIN))/python -m coverage combine --rcfile=coveragerc -q . && \
