@@ -18,6 +18,8 @@ import storage_helpers
 pytest_plugins = ["durations"]
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Tests that run inside each MPI rank, started by tests/test_mpi_sessions.py, never directly.
+collect_ignore = ["mpi_ranks"]
 #: The device-setting tests' check that a test leaves no loop device, mount, cgroup or rule.
 nothing_left = storage_helpers.nothing_left
 

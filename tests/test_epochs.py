@@ -1,12 +1,12 @@
 """Epochs as a pipeline stage: every record once per epoch, shuffled or in file order, each
-last-batch policy, every variant (shuffled: the variants that read any record position)."""
+last-batch policy, every variant (shuffled: the variants that read any record position).
+Under MPI, on 2 to 16 ranks: tests/mpi_ranks/test_epoch_orders.py."""
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 import lmdbio
-from conftest import run_mpi
 from lmdbio.errors import ConfigurationError
 from lmdbio.pipeline import EpochPlan, epoch_rows, shuffles
 from lmdbio.options import parse_variant
@@ -110,52 +110,6 @@ def test_bad_epoch_settings(db):
     with lmdbio.Reader(db, 256, MPI.COMM_SELF, variant="lmdbio-direct") as r:
         with pytest.raises(ValueError, match="larger than the dataset"):
             next(r.epoch(0))
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("nprocs", [1, 3, 4])
-def test_epochs_in_file_order_every_variant(db, nprocs):
-    out = run_mpi("epoch_check.py", nprocs, db, "--variants", ",".join(ALL),
-                  "--topologies", "None:1,1:1" if nprocs < 4 else "None:1,2:1,2:2", timeout=400)
-    assert "0 failures" in out.stdout
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("nprocs", [1, 3, 4])
-def test_shuffled_epochs(db, nprocs):
-    out = run_mpi("epoch_check.py", nprocs, db, "--variants", ",".join(SHUFFLING), "--shuffle",
-                  "--topologies", "None:1,1:1" if nprocs < 4 else "None:1,2:1,2:2", timeout=400)
-    assert "0 failures" in out.stdout
-
-
-@pytest.mark.mpi
-def test_sixteen_ranks_on_virtual_nodes(db):
-    out = run_mpi("epoch_check.py", 16, db, "--per-rank", 2, "--topologies", "4:1",
-                  "--variants", "lmdbio-lmm-dio-prov-coal,lmdbio-direct,lmdbio-lmm", timeout=400)
-    assert "0 failures" in out.stdout
-    out = run_mpi("epoch_check.py", 16, db, "--per-rank", 2, "--topologies", "4:1", "--shuffle",
-                  "--variants", "lmdbio-lmm-dio-prov-coal,lmdbio-direct", timeout=400)
-    assert "0 failures" in out.stdout
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("nprocs", [1, 3, 4])
-def test_shard_epochs(db, nprocs):
-    """shuffle="shard": every variant that shuffles delivers lmdbio.shuffle.shard_order's shares
-    (the same records at one P whatever the variant or the readers per node)."""
-    variants = SHUFFLING if nprocs == 4 else ["lmdbio-direct", "lmdbio-lmm-dio-prov-coal"]
-    out = run_mpi("epoch_check.py", nprocs, db, "--variants", ",".join(variants), "--shuffle",
-                  "--mode", "shard",
-                  "--topologies", "None:1,1:1" if nprocs < 4 else "None:1,2:1,2:2", timeout=400)
-    assert "0 failures" in out.stdout
-
-
-@pytest.mark.mpi
-def test_shard_epochs_sixteen_ranks_on_virtual_nodes(db):
-    out = run_mpi("epoch_check.py", 16, db, "--per-rank", 2, "--topologies", "4:1", "--shuffle",
-                  "--mode", "shard", "--variants", "lmdbio-lmm-dio-prov-coal,lmdbio-direct",
-                  timeout=400)
-    assert "0 failures" in out.stdout
 
 
 def test_a_shuffled_plan_without_its_block_is_refused():

@@ -1,5 +1,6 @@
 """Prefetch: the same records with and without reading ahead, background errors surface at
-the next read naming the rank, closing with reads in flight is clean."""
+the next read naming the rank, closing with reads in flight is clean. Prefetched epochs under
+MPI: tests/mpi_ranks/test_epoch_orders.py."""
 
 import threading
 import time
@@ -9,7 +10,6 @@ import pytest
 from mpi4py import MPI
 
 import lmdbio
-from conftest import run_mpi
 from lmdbio.errors import ConfigurationError, LmdbioError
 
 PER_RANK = ["lmdbio-direct", "lmdb-get", "lmdb"]
@@ -115,16 +115,6 @@ def test_bad_depth(db):
     for bad in (-1, 1.5, True):
         with pytest.raises((ValueError, TypeError), match="prefetch"):
             lmdbio.Reader(db, 8, MPI.COMM_SELF, variant="lmdbio-direct", prefetch=bad)
-
-
-@pytest.mark.mpi
-def test_prefetched_epochs_under_mpi(db):
-    out = run_mpi("epoch_check.py", 4, db, "--prefetch", 2, "--shuffle", "--topologies",
-                  "None:1,2:1", "--variants", "lmdbio-direct,lmdb-get,lmdbio-lmm-dio-prov-coal")
-    assert "0 failures" in out.stdout
-    out = run_mpi("epoch_check.py", 3, db, "--prefetch", 1, "--topologies", "None:1,3:1",
-                  "--variants", "lmdb,lmdbio-lmm,lmdbio-lmm-dm")
-    assert "0 failures" in out.stdout
 
 
 def test_where_reading_goes_on_is_the_same_however_far_each_thread_got():

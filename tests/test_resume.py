@@ -1,5 +1,6 @@
 """Exact mid-epoch resume (``Reader.state_dict`` / ``load_state_dict``) and the ``"elastic"``
-shuffle mode, whose global order does not depend on the rank count."""
+shuffle mode, whose global order does not depend on the rank count. Resumes on 4 ranks and
+on fewer: tests/mpi_ranks/test_resume_orders.py."""
 
 import json
 import shutil
@@ -249,44 +250,9 @@ def test_a_resumed_epoch_comes_first(db):
         assert len(_indices(r.epoch(2))) == 17
 
 
-# ---------------------------------------------------------------- under MPI
+# ---------------------------------------------------------------- under MPI (window_bytes.py)
 @pytest.mark.mpi
-@pytest.mark.slow
-def test_resume_every_mode_on_four_ranks_and_states_agree(db):
-    """tests/mpi/resume_modes.py: per-rank reads with prefetch, node readers without and with
-    it; stops inside a chunk and after the last batch; mismatched states on some ranks."""
-    out = run_mpi("resume_modes.py", 4, db, "--configs",
-                  "lmdbio-direct@None:1:2,lmdbio-lmm-dio-prov-coal@2:1:0,"
-                  "lmdbio-lmm-dio-prov-coal@2:1:2", "--stops", "7,99", "--agreement",
-                  timeout=300)
-    assert "0 failures" in out.stdout
-    assert "agreement, another batch size: rank 0: rank 3: the state does not match" in out.stdout
-
-
-@pytest.mark.mpi
-def test_elastic_order_is_one_on_any_rank_count_and_resumes_on_fewer(db, tmp_path):
-    """Saved on 4 ranks (node readers) after 5 batches of epoch 1, resumed on 2 and on 3 ranks
-    (per-rank reads): every epoch's global batches are those of one process, and epoch 1
-    delivers every record once."""
-    settings = dict(shuffle="elastic", seed=4, shuffle_block=7, shuffle_window=3,
-                    shuffle_partitions=4)
-    with _reader(db, **settings) as r:
-        one = {e: _indices(r.epoch(e)) for e in (0, 1, 2)}
-    order = sh.elastic_order(N, 7, 3, 4, 1, B, 4)
-    assert one[1] == [b.tolist() for b in sh.global_batches(order, B)]
-    run_mpi("resume_elastic.py", 4, db, tmp_path, "save", "--stop", 5, timeout=120)
-    saved = json.loads((tmp_path / "save-P4.json").read_text())
-    assert saved["epoch0"] == one[0] and saved["epoch1"] == one[1][:5]
-    for p in (2, 3):
-        out = run_mpi("resume_elastic.py", p, db, tmp_path, "resume", timeout=120)
-        assert f"saved on 4 ranks and this Reader runs on {p}" in out.stdout
-        got = json.loads((tmp_path / f"resume-P{p}.json").read_text())
-        assert saved["epoch1"] + got["epoch1"] == one[1], p
-        assert got["epoch2"] == one[2], p
-
-
-@pytest.mark.mpi
-@pytest.mark.slow
+@pytest.mark.gate
 def test_elastic_node_readers_read_about_file_order_bytes(tmp_path_factory):
     """tests/mpi/window_bytes.py at P = 4, 2 node readers: the window mode reads whole
     windows (about twice file order's bytes per reader); elastic reads each reader's run."""

@@ -1,11 +1,13 @@
 """Under mpiexec, inside ``with lmdbio.lab.storage.throttled(...)``: each rank joins its node's cgroup
 and a Reader over the node views delivers the source's records.
 
-usage: check_throttled.py TEMPLATE SOURCE_DB RANKS_PER_NODE VARIANT[,VARIANT...]
-TEMPLATE is ``MNT/node{node}/<dataset>``. Exit status 1 on any mismatch, or when a
-rank is not in its own node's cgroup.
+usage: check_throttled.py TEMPLATE SOURCE_DB RANKS_PER_NODE VARIANT[,VARIANT...] OUT
+TEMPLATE is ``MNT/node{node}/<dataset>``. Rank 0 writes OUT, JSON: ``{"checked": records
+checked on all ranks, "failures": [...]}``. Exit status 1 on any mismatch, or when a rank
+is not in its own node's cgroup.
 """
 
+import json
 import sys
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from lmdbio.lab.storage import join_node
 
 from stored import stored_values
 
-template, source, rpn, variants = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+template, source, rpn, variants, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 comm = MPI.COMM_WORLD
 node = comm.rank // rpn
 cgroup = join_node(node)
@@ -46,7 +48,5 @@ all_failures = comm.gather(failures, root=0)
 total = comm.reduce(checked, root=0)
 if comm.rank == 0:
     flat = [f for fs in all_failures for f in fs]
-    print(f"checked {total} records; {len(flat)} failures")
-    for f in flat:
-        print(f)
+    Path(out).write_text(json.dumps({"checked": total, "failures": flat}))
     sys.exit(1 if flat else 0)

@@ -1,0 +1,50 @@
+"""Every variant and topology delivers exactly the partition's records, py-lmdb's bytes, also
+past the end of the data (the endless stream wraps around)."""
+
+import numpy as np
+import pytest
+
+import lmdbio
+from conftest import Checker, ranks_per_node, sizes
+
+pytestmark = pytest.mark.mpi
+
+VARIANTS = lmdbio.VARIANTS + lmdbio.EXTRA_VARIANTS   # the papers' seven, lmdb-get, direct, auto
+TOPOLOGIES = ["None:1", "1:1", "2:1", "None:2", "2:2"]   # ranks per node : readers per node
+
+
+def check_stream(comm, db, variant: str, topology: str, per_rank: int, extra: int, **options):
+    """Read ``extra`` batches past one pass over ``db``; each rank's batches must be its slots'
+    records (batch t, slot s: record (t * B + s) mod n)."""
+    check = Checker(db)
+    n, B = len(check.expected), per_rank * comm.size
+    batches = -(-n // B) + extra
+    rpn, rpr = topology.split(":")
+    misplaced = []
+    with lmdbio.Reader(db, B, comm, variant=variant, ranks_per_node=ranks_per_node(rpn),
+                       readers_per_node=int(rpr), build_provenance=True, **options) as r:
+        for t in range(batches):   # no early exit: every rank reads as many batches
+            want = ((t * B + comm.rank * per_rank + np.arange(per_rank)) % n).tolist()
+            if check(r.read_batch()) != want:
+                misplaced.append(f"batch {t} is not records {want}")
+    total = sum(comm.allgather(check.count))
+    assert not misplaced, misplaced[:3]
+    assert not check.wrong, check.wrong[:3]
+    assert total == batches * B
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name", ["cifar10", "jpeg", "lmdb10", "reused"])
+@sizes(fast=(2,), gate=(3, 4))
+def test_every_variant_delivers_the_partition(comm, datasets, nprocs, name, variant, topology):
+    check_stream(comm, datasets[name], variant, topology, per_rank=6, extra=3)
+
+
+@pytest.mark.parametrize("topology", ["None:1", "1:1"])
+@pytest.mark.parametrize("variant", VARIANTS)
+@sizes(gate=(4,))
+def test_imagenet_records_and_small_coalescing(comm, datasets, nprocs, variant, topology):
+    """196 KB records, coalescing across the wrap-around, stagger groups of 1."""
+    check_stream(comm, datasets["imagenet"], variant, topology, per_rank=2, extra=9,
+                 coalesce_bytes=1 << 20, stagger_size=1)
