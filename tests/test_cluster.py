@@ -166,7 +166,7 @@ def _raise_on_rank0_others_wait(comm):
 
 
 @pytest.mark.mpi
-@pytest.mark.slow
+@pytest.mark.gate
 def test_subcommunicators(cl):
     assert cl.run(_size_and_rank, 2) == [(2, 0), (2, 1)]
     assert cl.run(_size_and_rank, 1) == [(1, 0)]
@@ -176,7 +176,7 @@ def test_subcommunicators(cl):
 
 
 @pytest.mark.mpi
-@pytest.mark.slow
+@pytest.mark.gate
 def test_engine_info_and_shared_memory(cl):
     info = cl.run(E.engine_info, 2)
     assert [i["rank"] for i in info] == [0, 1]
@@ -187,7 +187,7 @@ def test_engine_info_and_shared_memory(cl):
 
 
 @pytest.mark.mpi
-@pytest.mark.slow
+@pytest.mark.gate
 def test_failure_on_every_rank_is_raised(cl):
     with pytest.raises(C.EngineFailure, match="boom"):
         cl.run(_raise_on_all, 2)
@@ -216,7 +216,7 @@ def _reader_reads(comm, path):
 
 
 @pytest.mark.mpi
-@pytest.mark.slow
+@pytest.mark.gate
 def test_an_error_inside_with_reader_reaches_the_notebook_and_engines_stay(cl, datasets):
     """Engines run with LMDBIO_ON_ERROR=raise: a cell's error is an exception, never MPI_Abort."""
     assert cl.run(_on_error, 2) == ["raise", "raise"]
@@ -227,7 +227,7 @@ def test_an_error_inside_with_reader_reaches_the_notebook_and_engines_stay(cl, d
 
 
 @pytest.mark.mpi
-@pytest.mark.slow
+@pytest.mark.gate
 def test_datasets_pages_and_timeline(cl, tmp_path):
     path = tmp_path / "c"
     made = E.ensure_datasets(cl, [dict(path=str(path), preset="cifar10", records=300, commit_every=100)])
@@ -291,7 +291,7 @@ def _engine_shm(c) -> set[str]:
 
 
 @pytest.mark.mpi
-@pytest.mark.slow
+@pytest.mark.gate
 def test_stop_shuts_engines_down_through_mpi_finalize():
     """A normal stop: engines leave by themselves (MPI_Finalize), MPICH removes its segments."""
     with C.MPICluster(n=2, work_dir=HERE) as c:
@@ -308,7 +308,7 @@ def test_stop_shuts_engines_down_through_mpi_finalize():
 
 
 @pytest.mark.mpi
-@pytest.mark.slow
+@pytest.mark.gate
 def test_hung_ranks_stop_the_cluster_and_leave_no_segment():
     # It ends its own cluster (the others wait in a barrier forever).
     with C.MPICluster(n=2, work_dir=HERE) as c:
@@ -375,7 +375,7 @@ time.sleep(600)
 
 
 @pytest.mark.mpi
-@pytest.mark.slow
+@pytest.mark.gate
 def test_engines_and_controller_end_when_the_client_is_killed(tmp_path):
     """The watchdog: a kernel killed with SIGKILL leaves no engine, controller or segment."""
     import json
@@ -398,6 +398,84 @@ def test_engines_and_controller_end_when_the_client_is_killed(tmp_path):
     assert len(dogs) == 3, "one watchdog per engine and one for the controller"
     assert _gone(info["engines"] + [info["controller"]]) == []
     assert [f for f in info["shm"] if Path(f).exists()] == []
+    assert _gone(dogs) == [], "a watchdog outlived what it watched"
+
+
+# --- one cluster per notebook run (lmdbio.lab.cluster.shared) -----------------------------------
+KERNEL = """
+import json, sys
+from lmdbio.lab import cluster as C
+from lmdbio.lab.experiments import engine_info
+blocks = []
+for n in (2, 1):   # two cells, as a notebook's kernel runs them
+    with C.MPICluster(n=n, work_dir=sys.argv[1]) as c:
+        blocks.append({"attached": c.shared is not None, "pids": [p["pid"] for p in c.processes],
+                       "sizes": [i["size"] for i in c.run(engine_info)]})
+print(json.dumps(blocks))
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.gate
+def test_blocks_attach_to_the_runners_cluster_and_leave_it_running():
+    """Every MPICluster() that fits the runner's cluster uses its engines; a larger one starts its own;
+    the runner's stop leaves no engine, controller, watchdog or segment."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    with C.shared_cluster(2, work_dir=HERE) as runner:
+        pids = [p["pid"] for p in runner.processes]
+        controller = runner.cluster.controller.process.pid
+        files = _engine_shm(runner)
+        dogs = _watchdogs(pids + [controller])
+        # Two blocks in another process (a notebook's kernel inherits $LMDBIO_SHARED_CLUSTER).
+        kernel = subprocess.run([sys.executable, "-c", KERNEL, str(HERE)], capture_output=True, text=True,
+                                env={**os.environ, "PYTHONPATH": str(HERE.parent)}, timeout=120)
+        assert kernel.returncode == 0, kernel.stderr
+        assert json.loads(kernel.stdout) == [{"attached": True, "pids": pids, "sizes": [2, 2]},
+                                             {"attached": True, "pids": pids, "sizes": [1]}]
+        # And one in this process: n bounds nprocs; leaving the block leaves the engines running.
+        with C.MPICluster(n=1, work_dir=HERE) as c:
+            assert c.shared is not None and [p["pid"] for p in c.processes] == pids
+            assert c.start_seconds == runner.start_seconds
+            assert c.run(_size_and_rank) == [(1, 0)]
+            with pytest.raises(ValueError, match="nprocs"):
+                c.run(_size_and_rank, 2)
+        assert c.view is None and _gone(pids + [controller], wait=0) == pids + [controller], "still running"
+        assert runner.run(_allgather_rank) == [[0, 1], [0, 1]]
+        with C.MPICluster(n=3, work_dir=HERE) as big:
+            assert big.shared is None
+            assert not {p["pid"] for p in big.processes} & set(pids)
+    assert C.SHARED_ENV not in os.environ
+    assert _gone(pids + [controller]) == []
+    assert runner.left_behind == [] and [f for f in files if Path(f).exists()] == []
+    assert _gone(dogs) == [], "a watchdog outlived what it watched"
+
+
+@pytest.mark.mpi
+@pytest.mark.gate
+def test_hung_ranks_in_an_attached_block_stop_the_runners_cluster_and_leave_nothing():
+    """Hung ranks end the shared cluster as they end one's own; the next block starts its own, and
+    the runner's stop of the ended cluster leaves nothing either."""
+    import os
+
+    with C.shared_cluster(2, work_dir=HERE) as runner:
+        pids = [p["pid"] for p in runner.processes]
+        files = _engine_shm(runner)
+        dogs = _watchdogs(pids)
+        with C.MPICluster(n=2, work_dir=HERE) as c:
+            assert c.shared is not None
+            c.failure_grace = 2.0
+            with pytest.raises(C.EngineFailure, match="rank 0 failed"):
+                c.run(_raise_on_rank0_others_wait, 2)
+            assert c.view is None and c.left_behind == []
+        assert _gone(pids) == []
+        assert C.SHARED_ENV not in os.environ, "a stopped shared cluster is not attached to again"
+        with C.MPICluster(n=1, work_dir=HERE) as own:
+            assert own.shared is None and own.run(_size_and_rank) == [(1, 0)]
+    assert runner.left_behind == [] and [f for f in files if Path(f).exists()] == []
     assert _gone(dogs) == [], "a watchdog outlived what it watched"
 
 

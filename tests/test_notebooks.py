@@ -140,22 +140,48 @@ def test_beyond_notebooks_judge_targets_with_the_claims_rule_and_render_the_clos
     assert "render_claims_summary(" in last.source, f"{path.name}: the series ends with the claims table"
 
 
+def _run_tiny(tmp_path: Path, only: list[str] | None = None) -> list[dict]:
+    """Run notebooks at tiny scale with every root under ``tmp_path``."""
+    return run_notebooks("tiny", tmp_path / "out", only=only, results_root=tmp_path / "results",
+                         figures_root=tmp_path / "figures", datasets_root=tmp_path / "datasets")
+
+
+def _check_wrote_its_figures(path: Path, tmp_path: Path) -> None:
+    """The notebook ran to ``tmp_path/out``, saved every figure it names, and shows no engine output."""
+    for fig in _figures(path):
+        for ext in ("png", "svg"):
+            f = tmp_path / "figures" / f"{fig}.{ext}"
+            assert f.exists() and f.stat().st_size > 1000, f"{path.name} did not write {f.name}"
+    assert (tmp_path / "out" / path.name).exists()
+    # Starting and stopping clusters prints no traceback and no engine log line.
+    noise = engine_noise(tmp_path / "out" / path.name)
+    assert noise == [], f"{path.name} shows engine output: {noise[:5]}"
+
+
 @pytest.mark.notebooks
-@pytest.mark.slow
+def test_notebook_07_runs_at_tiny_scale_and_writes_its_figures_and_results(tmp_path):
+    """The fast tier's notebook run: one notebook through the runner (its cells share one
+    cluster), into temporary roots."""
+    path = next(p for p in NOTEBOOKS if p.stem == "07_coal")
+    done = _run_tiny(tmp_path, only=["07"])
+    assert [d["notebook"] for d in done] == [path.name] and done[0]["ok"]
+    _check_wrote_its_figures(path, tmp_path)
+    results = tmp_path / "results" / path.stem
+    assert (results / "meta.json").exists() and len(pd.read_csv(results / "rows.csv")) > 0
+    assert (results / "model" / "predictions.csv").exists()
+    verdicts = pd.read_csv(tmp_path / "results" / "claims.csv")
+    mine = verdicts[(verdicts["notebook"] == path.stem) & (verdicts["setting"] == "local")]
+    assert len(mine) and mine["source"].str.startswith(str(tmp_path)).all()
+
+
+@pytest.mark.notebooks
+@pytest.mark.gate
 def test_every_notebook_runs_at_tiny_scale_and_writes_its_figures(tmp_path):
     committed = {p: p.stat().st_mtime for p in (REPO / "figures").glob("*.png")}
-    done = run_notebooks("tiny", tmp_path / "out", results_root=tmp_path / "results",
-                         figures_root=tmp_path / "figures", datasets_root=tmp_path / "datasets")
+    done = _run_tiny(tmp_path)
     assert [d["notebook"] for d in done] == [p.name for p in NOTEBOOKS]
     for path in NOTEBOOKS:
-        for fig in _figures(path):
-            for ext in ("png", "svg"):
-                f = tmp_path / "figures" / f"{fig}.{ext}"
-                assert f.exists() and f.stat().st_size > 1000, f"{path.name} did not write {f.name}"
-        assert (tmp_path / "out" / path.name).exists()
-        # Starting and stopping clusters prints no traceback and no engine log line.
-        noise = engine_noise(tmp_path / "out" / path.name)
-        assert noise == [], f"{path.name} shows engine output: {noise[:5]}"
+        _check_wrote_its_figures(path, tmp_path)
     assert any((tmp_path / "results").rglob("meta.json"))
     # The claims: every claim x setting, judged from this run's results (GPFS too where FUSE
     # works; the throttled device where this run measured it, else the committed copy or no data).
@@ -180,6 +206,7 @@ def test_every_notebook_runs_at_tiny_scale_and_writes_its_figures(tmp_path):
 
 
 @pytest.mark.notebooks
+@pytest.mark.gate
 def test_replot_from_committed_results_without_mpi(tmp_path):
     results = REPO / "data" / "results"
     if not any(results.glob("*/meta.json")):
@@ -195,6 +222,7 @@ def test_replot_from_committed_results_without_mpi(tmp_path):
 
 
 @pytest.mark.notebooks
+@pytest.mark.gate
 def test_without_fuse_the_gpfs_panel_is_replotted_and_says_so(tmp_path, monkeypatch):
     # Notebook 05 (no throttled points at tiny, unlike 03: the cheapest with a GPFS panel).
     # As on a machine without /dev/fuse: (a) and (c) are measured, (b) comes from the committed

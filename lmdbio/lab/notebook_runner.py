@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lmdbio.metrics import host_meta, write_results_meta
-from .scales import CLUSTER_ENV, COMMITTED_RESULTS, REPO, SCALES as _SCALES
+from .scales import CLUSTER_ENV, COMMITTED_RESULTS, REPO, SCALES as _SCALES, settings
 
 __all__ = ["REPO", "NOTEBOOKS", "notebooks", "run_notebooks", "save_results", "host_meta",
            "results_dir", "strip", "unstripped", "STRIP_EXTRA_KEYS", "SCRATCH", "COMMITTED_FIGURES",
@@ -210,6 +210,8 @@ def run_notebooks(scale: str = "default", out: str | os.PathLike = "build/notebo
     ``cluster`` (``"mpi"`` or ``"slurm"``) is where the notebooks' engines run:
     it is passed to every ``MPICluster()`` through ``$LMDBIO_CLUSTER`` (the
     Slurm settings come from the user's config, see ``lmdbio.lab.cluster``).
+    A measuring notebook gets one cluster of its ``n_engines`` for all its
+    cells (:func:`lmdbio.lab.cluster.mpicluster.shared_cluster`), stopped after it.
 
     Stops at the first failing notebook (its executed copy, with the
     traceback, is in ``out``) and raises papermill's error.
@@ -266,8 +268,9 @@ def _execute(paths: list[Path], out: Path, params: dict, scale: str, run: bool, 
         print(f"[notebooks] {nb.name} (scale={scale}, RUN={run}) ...", flush=True)
         mine = {k: v for k, v in params.items() if k != "model_ready" or nb.name.startswith("11_")}
         try:
-            pm.execute_notebook(str(nb), str(out / nb.name), parameters=mine, kernel_name="python3",
-                                cwd=str(nb.parent), progress_bar=progress, execution_timeout=timeout)
+            with _notebook_cluster(nb, scale, run, mine):
+                pm.execute_notebook(str(nb), str(out / nb.name), parameters=mine, kernel_name="python3",
+                                    cwd=str(nb.parent), progress_bar=progress, execution_timeout=timeout)
         except Exception:
             done.append({"notebook": nb.name, "seconds": time.monotonic() - t0, "ok": False})
             print(f"[notebooks] {nb.name} FAILED after {done[-1]['seconds']:.0f} s; "
@@ -276,6 +279,23 @@ def _execute(paths: list[Path], out: Path, params: dict, scale: str, run: bool, 
         done.append({"notebook": nb.name, "seconds": round(time.monotonic() - t0, 1), "ok": True})
         print(f"[notebooks] {nb.name} done in {done[-1]['seconds']:.0f} s", flush=True)
     return done
+
+
+def _notebook_cluster(nb: Path, scale: str, run: bool, params: dict):
+    """One cluster for a measuring notebook's cells, of its ``n_engines`` (the most any cell asks).
+
+    Starting one costs seconds and a notebook opens several ``MPICluster``
+    blocks; a cell that asks for more engines starts its own. A replot or a
+    notebook without engines gets none.
+    """
+    from contextlib import nullcontext
+
+    if not run or "MPICluster" not in nb.read_text():
+        return nullcontext()
+    from .cluster import shared_cluster
+
+    n = settings(nb.stem, scale, n_engines=params.get("n_engines"))["n_engines"]
+    return shared_cluster(n, work_dir=nb.parent)
 
 
 def main(argv: list[str] | None = None) -> int:

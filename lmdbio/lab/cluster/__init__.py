@@ -33,7 +33,12 @@ through ``MPI_Finalize``; only engines that do not answer are killed, and
 the MPICH shared-memory files (``/dev/shm/mpich_shm_*``) they had mapped are
 then removed.
 
+A notebook run (``lmdbio.lab.notebook_runner``) starts one cluster per
+notebook; each ``MPICluster(n)`` in the notebook attaches to it and leaves it
+running (:mod:`~lmdbio.lab.cluster.shared`).
+
 Modules: :mod:`~lmdbio.lab.cluster.mpicluster` (MPICluster),
+:mod:`~lmdbio.lab.cluster.shared` (one cluster per notebook run),
 :mod:`~lmdbio.lab.cluster.slurm` (Slurm settings), :mod:`~lmdbio.lab.cluster.launcher`
 (ipyparallel's Slurm launcher as one MPI world), :mod:`~lmdbio.lab.cluster.watchdog`
 (engines end with their client), :mod:`~lmdbio.lab.cluster.engines` (mpiexec,
@@ -44,9 +49,10 @@ from __future__ import annotations
 
 from .engines import (ENGINE_ENV, engine_process, hydra_files, mpich_segments, mpiexec, parent_pid,
                       remove_orphan_segments, shm_files)
-from .mpicluster import EngineFailure, MPICluster, run_on_engines
+from .mpicluster import EngineFailure, MPICluster, run_on_engines, shared_cluster
+from .shared import SHARED_ENV
 from .slurm import SLURM_CONFIG, slurm_settings
 
 __all__ = ["MPICluster", "run_on_engines", "slurm_settings", "SLURM_CONFIG", "EngineFailure",
            "mpiexec", "engine_process", "shm_files", "hydra_files", "parent_pid", "mpich_segments",
-           "remove_orphan_segments", "ENGINE_ENV"]
+           "remove_orphan_segments", "ENGINE_ENV", "shared_cluster", "SHARED_ENV"]

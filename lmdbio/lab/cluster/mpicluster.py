@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -11,15 +12,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 from lmdbio.errors import ConfigurationError, LmdbioError
 from ..procs import pid_alive
 from ..scales import cluster_kind
-from . import slurm, watchdog
+from . import shared, slurm, watchdog
 from .engines import ENGINE_ENV, boot_id, engine_process, mpiexec, shm_files
 
-__all__ = ["MPICluster", "EngineFailure", "run_on_engines"]
+__all__ = ["MPICluster", "EngineFailure", "run_on_engines", "shared_cluster"]
 
 _ENGINE_KINDS = ("mpi", "slurm")
 
@@ -71,6 +74,11 @@ class MPICluster:
         timeout: seconds to wait for the engines to register.
         work_dir: the engines' working directory (default: the client's).
         cluster_kwargs: passed on to :class:`ipyparallel.Cluster`.
+
+    Inside a notebook run (:mod:`lmdbio.lab.cluster.shared`) a cluster asked
+    for with the runner's settings and at most its engines attaches to the
+    runner's cluster, and leaving the ``with`` block only detaches; ``n``
+    then bounds ``nprocs``.
     """
 
     def __init__(self, n: int = 4, *, engines: str | None = None, controller: str | None = None,
@@ -90,7 +98,7 @@ class MPICluster:
         self.controller = controller
         self.timeout = timeout
         self._slurm_config = slurm_config
-        self._work_dir = str(work_dir or os.getcwd())
+        self.work_dir = str(work_dir or os.getcwd())
         self._log_level = log_level
         self._cluster_kwargs = cluster_kwargs
         self.cluster = None
@@ -101,6 +109,7 @@ class MPICluster:
         self.removed_shm: list[str] = []  # /dev/shm files the last stop() removed
         self.left_behind: list[str] = []  # what the last stop() could not stop or remove
         self._scratch: str | None = None
+        self.shared: dict | None = None   # the runner's cluster this one is attached to
         # Seconds to wait for the other ranks once one rank's function raised.
         self.failure_grace = 15.0
 
@@ -131,7 +140,9 @@ class MPICluster:
         """Start controller and engines, wait until all ``n`` registered, order engines by MPI rank."""
         import ipyparallel as ipp
 
-        if self.cluster is not None:
+        if self.cluster is not None or self.shared is not None:
+            return self
+        if not (self._cluster_kwargs or self._slurm_config) and self._attach():
             return self
         engines: Any = self.engines
         if engines == "slurm":
@@ -152,7 +163,7 @@ class MPICluster:
         cwd = os.getcwd()
         try:
             # Engines inherit the client's cwd: relative dataset paths mean the same there.
-            os.chdir(self._work_dir)
+            os.chdir(self.work_dir)
             self.client = self.cluster.start_and_connect_sync()
             self.client.wait_for_engines(self.n, timeout=self.timeout)
             # MPI_Init happens here (the first mpi4py import): a job whose ranks
@@ -178,6 +189,48 @@ class MPICluster:
         self.start_seconds = time.monotonic() - t0
         return self
 
+    def _attach(self) -> bool:
+        """Attach to the runner's cluster if it serves this request and its engines answer."""
+        import ipyparallel as ipp
+
+        desc = shared.fitting(self.n, self.engines, self.controller, self.work_dir)
+        if desc is None:
+            return False
+        try:
+            client = ipp.Client(desc["connection"], timeout=10)
+        except OSError:  # TimeoutError: its controller is gone, so start our own
+            return False
+        if not set(desc["engine_ids"]) <= set(client.ids):
+            client.close()
+            return False
+        self.shared, self.client = desc, client
+        self.engine_ids, self.processes = desc["engine_ids"], desc["processes"]
+        self.view = client[self.engine_ids]   # all of them: run() splits their COMM_WORLD
+        self.view.block = True
+        self.start_seconds = desc["start_seconds"]   # what starting such a cluster cost
+        return True
+
+    def close(self) -> None:
+        """End this use: detach from the runner's cluster (it keeps running), stop one of our own."""
+        if self.shared is None:
+            self.stop()
+            return
+        self._close_client()
+        self.shared, self.engine_ids, self.processes = None, [], []
+
+    def _take_over_shared(self, left: list[str]) -> None:
+        """Load the runner's launchers so that :meth:`stop` ends its cluster (hung engines)."""
+        import ipyparallel as ipp
+
+        desc, self.shared = self.shared, None
+        shared.forget(desc)
+        try:
+            self.cluster = ipp.Cluster.from_file(desc["cluster_file"], log_level=self._log_level)
+        except (OSError, ValueError, KeyError) as exc:
+            left.append(f"the notebook run's cluster {desc['cluster_id']} ({type(exc).__name__}: {exc})")
+            return
+        self._quiet_launcher_output()
+
     def _quiet_launcher_output(self) -> None:
         """Launchers that end with a non-zero code are reported in one line, not with their log.
 
@@ -201,11 +254,14 @@ class MPICluster:
         too, and MPICH segments left in ``/dev/shm`` by engines of this host
         that did not finalize are removed. What could not be stopped or
         removed is listed in :attr:`left_behind` and printed in one line on
-        stderr.
+        stderr. An attached cluster stops the runner's (as after hung
+        ranks); the kernel's next MPICluster then starts its own.
         """
         pids = self._local_engine_pids()
         shm = set().union(*(shm_files(p) for p in pids)) if pids else set()
         left: list[str] = []
+        if self.shared is not None:
+            self._take_over_shared(left)
         try:
             try:
                 if self.client is not None:
@@ -318,10 +374,11 @@ class MPICluster:
         return self.start()
 
     def __exit__(self, *exc) -> None:
-        self.stop()
+        self.close()
 
     def __repr__(self) -> str:
-        state = "running" if self.view is not None else "stopped"
+        state = "stopped" if self.view is None else "running" if self.shared is None else \
+            f"attached to the notebook run's {len(self.engine_ids)} engines"
         return f"MPICluster(n={self.n}, engines={self.engines!r}, {state})"
 
     # running
@@ -429,3 +486,21 @@ def run_on_engines(cluster: MPICluster, func: Callable, nprocs: int, /, *args, *
     """Run ``func(subcomm, *args, **kwargs)`` on the first ``nprocs`` engines of ``cluster``."""
     return cluster.run(func, nprocs, *args, **kwargs)
 
+
+@contextmanager
+def shared_cluster(n: int, work_dir: str | os.PathLike, **kwargs) -> Iterator[MPICluster]:
+    """Start a cluster of ``n`` engines and name it in ``$LMDBIO_SHARED_CLUSTER`` (which kernels
+    started meanwhile inherit); on leaving, unset it and stop the cluster, also after a failure."""
+    old = os.environ.pop(shared.SHARED_ENV, None)   # this cluster is the runner's own, never attached
+    try:
+        with tempfile.TemporaryDirectory(prefix="lmdbio-shared-") as tmp, \
+                MPICluster(n, work_dir=work_dir, **kwargs) as cluster:
+            path = Path(tmp) / "cluster.json"
+            path.write_text(json.dumps(shared.describe(cluster)))
+            os.environ[shared.SHARED_ENV] = str(path)
+            yield cluster
+    finally:
+        if old is None:
+            os.environ.pop(shared.SHARED_ENV, None)
+        else:
+            os.environ[shared.SHARED_ENV] = old
