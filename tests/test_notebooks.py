@@ -66,7 +66,9 @@ def test_committed_without_outputs_and_with_one_parameters_cell(path):
     src = tagged[0].source
     for name in ("scale", "RUN", "results_root", "figures_root", "datasets_root"):
         assert re.search(rf"^{name} = ", src, re.M), f"{path.name}: parameters cell lacks {name}"
-    assert 'scale = "default"' in src and "RUN = True" in src
+    # Safe by default: Run All from JupyterLab replots the committed results and writes nothing.
+    assert re.search(r'^RUN = False\b', src, re.M) and re.search(r'^scale = "tiny"', src, re.M), \
+        f"{path.name}: the committed parameters must be RUN = False, scale = \"tiny\""
     assert nb.cells[0].cell_type == "markdown" and "Question" in nb.cells[0].source
     shows = [c for c in nb.cells if c.cell_type == "markdown" and "show" in c.source]
     assert shows, f"{path.name}: says what its figures show"

@@ -2,13 +2,18 @@
 
 :mod:`lmdbio.lab.lessons.prose` checks each number or comparison word that
 carries a fact marker against the fact computed from ``data/results/``, and
-refuses a measured-looking number with no marker and no stated source. The
-first tests here show the checker itself catches a wrong number, a wrong
-word and an unbacked number; the others run it over every notebook.
+refuses a measured-looking number or a comparison word with no marker and no
+stated source, in the Markdown (captions included) and in the figure text a
+notebook's code types; :mod:`lmdbio.lab.lessons.figtext` does the same for
+the figure modules' own text and the claims' names. The first tests here show
+the checkers catch a wrong number, a wrong word, an unbacked number or
+comparison, and the old sentences that once disagreed with the data; the
+others run them over every notebook.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -17,7 +22,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lmdbio.lab.lessons import prose
+from lmdbio.lab import claims
+from lmdbio.lab.lessons import figtext, prose
 from lmdbio.lab.notebook_runner import notebooks
 
 NOTEBOOKS = notebooks()
@@ -98,6 +104,85 @@ def test_a_changed_committed_number_fails_the_notebook_it_backs(tmp_path):
         text = csv.read_text()
         csv.write_text(re.sub(r"(?<=[,\n])(\d+)\.(\d+)", lambda m: f"{int(m[1]) * 3 + 7}.{m[2]}", text))
     assert prose.check_notebook(nb, root), f"{nb.name}: no stated number depends on its results"
+
+
+def _cells(tmp_path: Path, name: str, *cells) -> Path:
+    """A notebook of Markdown cells (strings) and code cells (``("code", source)``)."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c[1]) if isinstance(c, tuple) else nbformat.v4.new_markdown_cell(c)
+                for c in cells]
+    path = tmp_path / name
+    nbformat.write(nb, path)
+    return path
+
+
+def test_checker_reports_an_unmarked_comparison_and_passes_a_marked_static_or_asked_one(tmp_path, facts07):
+    facts07.STATIC["faster than the disk"] = "a stated source"
+    path = _notebook(tmp_path, "07_coal.ipynb",
+                     "COAL reads 5.3x<!-- =ratio --> slower<!-- =how --> here. It is faster than the disk.",
+                     "Will COAL be faster on the emulated GPFS?",
+                     "**Predict, then run.** Say whether COAL gets faster, and write it down.",
+                     "*The coalesced reads are slower on local disk, as the figure shows.*")
+    (problem,) = prose.check_notebook(path)
+    assert problem.cell == 3 and "'slower' compares" in problem.detail, problem
+
+
+def test_checker_reports_a_claim_named_with_another_quantity(tmp_path, facts07):
+    path = _notebook(tmp_path, "07_coal.ipynb",
+                     "*C2 (LMM/LMDB) and C1 (I/O share, notebook 02) in each setting.*",
+                     "*T (full stack/LMDB training time) in each setting.*")
+    (problem,) = prose.check_notebook(path)
+    assert problem.cell == 1 and f"claims.py names it {claims.claim('T').short!r}" in problem.detail
+
+
+def test_checker_reports_figure_text_a_notebook_types(tmp_path, facts07):
+    path = _cells(tmp_path, "07_coal.ipynb",
+                  ("code", 'fig = plots.training(s, meta, title="Emulated training")\n'
+                           'fig = plots.training(s, meta, title=f"{r:.2f}x at P = {p}")\n'
+                           'fig = plots.optimization(s, v, m, meta, mech_label="COAL is 2x faster")'))
+    (problem,) = prose.check_notebook(path)
+    assert "plots.optimization(mech_label=...) types '2x'" in problem.detail, problem
+
+
+def test_figure_text_check_reports_a_typed_number_in_a_figure_module(tmp_path, monkeypatch):
+    (tmp_path / "figmod_typed.py").write_text(
+        '"""A figure module."""\nSTATIC = {"5-95% band": "a source"}\n\n\ndef f(ax, v):\n'
+        '    """Draw."""\n    ax.set_title(f"{v:.2f} (5-95% band)", loc="lower left", color="#1e8449")\n'
+        '    ax.annotate("LMM is 20x faster", (0, 0))\n    ax.set_xlabel("fewer records")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = [(p.cell, p.text) for p in figtext.module_problems(["figmod_typed"])]
+    assert found == [(8, "LMM is 20x faster"), (9, "fewer records")], found
+
+
+def test_figure_modules_type_no_unsourced_number_or_comparison():
+    problems = figtext.module_problems()
+    assert not problems, "\n".join(map(str, problems))
+
+
+def test_each_claim_names_its_ratio_one_way_round():
+    assert figtext.claim_name_problems() == []
+    inverted = dataclasses.replace(claims.TRAINING, short="full stack/LMDB training time")
+    (problem,) = figtext.claim_name_problems([inverted])
+    assert "put the ratio different ways round" in problem.detail
+
+
+#: Sentences that once disagreed with the data (issue 47's D1, D2 and D4), as they were written.
+OLD_SENTENCES = {
+    "D1": ("10_training.ipynb", "*T (full stack/LMDB training time) in each setting, side by side.*",
+           "names T's quantity 'full stack/LMDB training time'"),
+    "D2": ("10_training.ipynb", "AU says how busy the emulated accelerator is. On 2 cores more processes mean "
+           "less compute per process, while the reading, the waiting and the allreduce do not shrink.",
+           "'more' compares"),
+    "D4": ("11_scale_model.ipynb", "**Question.** This machine runs at most 16 ranks on 2 cores; the papers ran "
+           "up to 9,216 processes (36 per node, 256 nodes, one shared GPFS).", "'at most' compares"),
+}
+
+
+@pytest.mark.parametrize("case", OLD_SENTENCES, ids=str)
+def test_the_old_sentences_that_disagreed_with_the_data_fail(case, tmp_path):
+    name, sentence, expected = OLD_SENTENCES[case]
+    problems = prose.check_notebook(_notebook(tmp_path, name, sentence))
+    assert any(expected in p.detail for p in problems), problems
 
 
 # --- every notebook ---------------------------------------------------------------------------

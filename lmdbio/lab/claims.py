@@ -664,7 +664,7 @@ CLAIMS: tuple[Claim, ...] = (
 TRAINING = Claim("T", "10_training", "TOPC 2019",
                  "LMDBIO brings Caffe's total training time down (up to 65x on 9,216 cores)",
                  "LMDB/full LMDBIO emulated training time (ImageNet records, AlexNet compute)",
-                 "full stack/LMDB training time", 1.2, _training,
+                 "LMDB/full stack training time", 1.2, _training,
                  _model_claim(IMAGENET, "lmdb", FULL, "total_s"), paper_factor=65.0, dataset="imagenet",
                  ylabel="training time LMDB / full stack")
 

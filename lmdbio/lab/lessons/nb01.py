@@ -9,7 +9,13 @@ from pathlib import Path
 from .prose import claim_row, csv, word  # noqa: F401
 
 #: Phrases whose numbers come from a source, not from this project's results: phrase -> source.
-STATIC: dict[str, str] = {}
+STATIC: dict[str, str] = {
+    "larger than about half a page":
+        ("LMDB's design: a value over the node size limit (mdb.c's me_nodemax, about half a page) goes to its "
+         "own overflow pages"),
+    "far less than a pixel":
+        "the figure's geometry (lmdbio.lab.plots.page_map: a panel row holds more pages than it has pixels)",
+}
 
 E = "01_datasets"
 

@@ -11,13 +11,25 @@ from pathlib import Path
 
 import pandas as pd
 
-from .prose import COMMITTED, claim_row, csv, word  # noqa: F401
+from .prose import COMMITTED, claim_row, csv, json_file, word  # noqa: F401
 
 NB = "02_lmdb_analysis"
 PARTS = ["read_s", "wait_s", "comm_s", "compute_s"]
 
 #: Phrases whose numbers come from a source, not from this project's results: phrase -> source.
 STATIC: dict[str, str] = {
+    "so sleep time and context switches grow with the processes per node":
+        "TOPC 2019, the papers' problem 1 (their explanation, not a measurement here)",
+    "the seek cost grows with the rank count": "TOPC 2019, the papers' problem 2",
+    "far smaller than the storage's stripes": "TOPC 2019, the papers' problem 4",
+    "so sleep and context switches grow with the ranks per node":
+        "TOPC 2019, the papers' problem 1 (their explanation, tested below)",
+    "A rank walks P times more than it needs":
+        ("the cursor walk's construction (lmdbio/pipeline/walk.py): each rank walks the global batch of B "
+         "records to keep B/P"),
+    "More, smaller requests for the same bytes is problem 3": "TOPC 2019, the papers' problem 3 (implicit small I/O)",
+    "takes a slower device per fault":
+        "an inference from C1 on the throttled device and make bench-faulters' sleep, both stated above",
     "up to 90%": "TOPC 2019 (the papers' I/O share of training time at scale, claim C1)",
     "within 25%": "the model's validation criterion (lmdbio/lab/model/validate.py, model_validation/criterion.csv)",
     "1 ms per request": "lmdbio/lab/pfs/profiles.toml (gpfs-2017 latency)",
@@ -149,6 +161,10 @@ def _a1(root, cid):
 
 #: Fact name -> function of a results root (data/results, or a scratch run's results).
 FACTS: dict = {
+    "sleep_lmdb_word": lambda r: word(_at(_contention(r), "lmdb", _pmax(r), "sleep_s_sum")
+                                      > _at(_contention(r), "lmdb", 1, "sleep_s_sum"), "grow", "do not grow"),
+    "kib_fault_word": lambda r: word(_kib_per_fault(r, _pmax(r)) < _kib_per_fault(r, 1), "smaller", "larger"),
+    "cursor_step_us": lambda r: 1e6 * json_file(r, "model_calibration/calibration.json")["values"]["cursor_step_s"],
     # time breakdown and C1
     "share_p1_pct": lambda r: 100 * _share(r, 1),
     "c1_p1": lambda r: _share(r, 1),

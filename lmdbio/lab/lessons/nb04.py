@@ -7,13 +7,14 @@ from pathlib import Path
 import pandas as pd
 
 from .nb02 import FACTS as _F02
-from .prose import claim_row, csv, word  # noqa: F401
+from .prose import claim_row, cores, csv, word  # noqa: F401
 
 NB = "04_dm"
 LMM, DM = "lmdbio-lmm", "lmdbio-lmm-dm"
 
 #: Phrases whose numbers come from a source, not from this project's results: phrase -> source.
 STATIC: dict[str, str] = {
+    "about 2x faster than LMDBIO-LMM and more than 30x faster than LMDB": "ICPADS 2017 (claim C3)",
     "about 2x": "ICPADS 2017 (LMDBIO-DM over LMDBIO-LMM, claim C3's paper factor)",
     "more than 30x": "ICPADS 2017 (LMDBIO-DM over LMDB at scale)",
     ">= 1.2": "claim C3's criterion (lmdbio/lab/claims.py)",
@@ -87,6 +88,8 @@ def _specs(root, col):
 
 #: Fact name -> function of a results root (data/results, or a scratch run's results).
 FACTS: dict = {
+    "dm_walk_word": lambda r: word(_walked(r, DM) < _walked(r, LMM), "fewer", "more"),
+    "cores": lambda r: cores(r, NB),
     "pmax": _pmax,
     "val_local_cold": lambda r: _F02["val_local_cold"](r),
     "val_variants": lambda r: _F02["val_variants"](r),

@@ -13,6 +13,13 @@ LMM, DM, DIO = "lmdbio-lmm", "lmdbio-lmm-dm", "lmdbio-lmm-dio"
 
 #: Phrases whose numbers come from a source, not from this project's results: phrase -> source.
 STATIC: dict[str, str] = {
+    "Fewer, larger requests are what DIO is for": "TOPC 2019, problem 3 (DIO's purpose)",
+    "whether they also make the reader faster on this disk":
+        "a pointer to the table's last column, computed from the results",
+    "To see DIO pay off on one machine takes storage whose requests cost more than readahead hides":
+        ("an inference from the verdicts above: yes on the emulated GPFS, the throttled device and the shared "
+         "target, no on local disk"),
+    "a slower or throttled device": "the same inference (the throttled device's yes above)",
     "up to 65x speedup on 9,216": "TOPC 2019, the paper's abstract: LMDBIO's speedup over LMDB",
 }
 

@@ -95,7 +95,32 @@ def _all_yes(root: Path) -> str:
 
 
 #: Fact name -> function of a results root (data/results, or a scratch run's results).
+def _rates(root: Path) -> pd.DataFrame:
+    """Cold records/s of the timed batches (setup excluded), median of the repeats: variant x P."""
+    s = csv(root, f"{NB}/summary.csv")
+    s = s[s["cache"] == "cold"]
+    return s.groupby(["variant", "nprocs"])["records_per_s"].median().unstack("nprocs")
+
+
+def _prov_over_dio(root: Path) -> pd.Series:
+    r = _rates(root)
+    return r.loc[PROV] / r.loc[DIO]
+
+
+def _leafcut_ratio(root: Path) -> float:
+    """A cold read over a range with one cached page in 75 against a plain cold read (time ratio,
+    median per request size, then the median of those): notebook 11's ``leaf_cut`` microbenchmark."""
+    d = csv(root, "model_calibration/leaf_cut.csv")
+    m = d.groupby(["length", "kind"])["wall_s"].median().unstack("kind")
+    return float((m["cached"] / m["plain"]).median())
+
+
 FACTS: dict = {
+    "prov_over_dio_rate_p8": lambda root: float(_prov_over_dio(root).loc[8]),
+    "prov_rate_word_p8": lambda root: word(float(_prov_over_dio(root).loc[8]) < 1, "slower", "faster"),
+    "prov_n_slower": lambda root: int((_prov_over_dio(root) < 1).sum()),
+    "n_p": lambda root: int(len(_prov_over_dio(root))),
+    "leafcut_ratio": _leafcut_ratio,
     # local disk: the mechanism figure
     "dio_setup_ms_p8": lambda root: _setup_ms(root, DIO, 8),
     "prov_setup_ms_p8": lambda root: _setup_ms(root, PROV, 8),

@@ -83,6 +83,11 @@ def _model(dataset: str, col: str):
 
 #: Phrases whose numbers come from a source, not from this project's results: phrase -> source.
 STATIC: dict[str, str] = {
+    "storage contention costs more than the waiting": "TOPC 2019 (claim C7, problem 5)",
+    "at most one group reads at a time": "lmdbio/pipeline/stagger.py's docstring, quoted",
+    "STAG can only pay where far more streams share each storage target than here":
+        ("an inference from the four measured settings (none reproduces C7) and TOPC 2019's setting (problem "
+         "5)"),
     "criterion of 1.2": "lmdbio/lab/claims.py: C7's criterion (STAG/no STAG >= 1.2)",
     "toward 1.2": "lmdbio/lab/claims.py: C7's criterion (STAG/no STAG >= 1.2)",
 }

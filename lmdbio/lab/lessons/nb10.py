@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .prose import claim_row, csv, word  # noqa: F401
+from .prose import claim_row, cores, csv, word  # noqa: F401
 
 NB = "10_training"
 
@@ -44,12 +44,25 @@ def _t_word(p: int):
     return lambda root: word(_t_local(p)(root) < 1, "slower", "faster")
 
 
-def _summary_ms(variant: str, col: str):
-    """``col`` of ``variant`` at the largest P in ms (mean of the repeats, as the training figure)."""
+FULL = "lmdbio-lmm-dio-prov-coal-stag"
+
+
+def _summary_ms(variant: str, col: str, p="max"):
+    """``col`` of ``variant`` at P (``"max"``: the largest) in ms per rank (mean of the repeats, as
+    the training figure)."""
     def f(root):
         s = csv(root, f"{NB}/summary.csv")
-        s = s[(s["variant"] == variant) & (s["nprocs"] == s["nprocs"].max())]
+        s = s[(s["variant"] == variant) & (s["nprocs"] == (s["nprocs"].max() if p == "max" else p))]
         return 1e3 * float(s[col].mean())
+    return f
+
+
+def _trend(variants, col: str, up: str, down: str):
+    """``up`` when ``col`` grows from P = 1 to the largest P for every variant, ``down`` when it
+    falls for every one, else ``mixed``."""
+    def f(root):
+        rising = {_summary_ms(v, col, "max")(root) > _summary_ms(v, col, 1)(root) for v in variants}
+        return up if rising == {True} else down if rising == {False} else "mixed"
     return f
 
 
@@ -86,6 +99,7 @@ def _pf_change(p):
 
 #: Phrases whose numbers come from a source, not from this project's results: phrase -> source.
 STATIC: dict[str, str] = {
+    "middle 90%": "the model's band: 5-95% of the joint samples (lmdbio.lab.model.uncertainty)",
     "90%": "TOPC 2019: I/O up to 90% of training time with LMDB",
     "65x": "TOPC 2019: Caffe's total time with LMDBIO, up to 65x lower on 9,216 cores",
     "0.33 ms per sample": "lmdbio/lab/emulation.py: compute_time='alexnet', an assumed V100-class rate",
@@ -106,14 +120,36 @@ FACTS: dict = {
     "t_model_magnitude": _t("model", "magnitude"),
     "t_lo_maxp": lambda root: float(t_series(root)["local"].iloc[-1]["lo"]),
     "t_hi_maxp": lambda root: float(t_series(root)["local"].iloc[-1]["hi"]),
-    "wait_full_ms_maxp": _summary_ms("lmdbio-lmm-dio-prov-coal-stag", "wait_s"),
+    "wait_full_ms_maxp": _summary_ms(FULL, "wait_s"),
     "wait_lmdb_ms_maxp": _summary_ms("lmdb", "wait_s"),
+    # per rank, P = 1 against the largest P: compute and reading fall, the allreduce grows
+    "compute_lmdb_ms_p1": _summary_ms("lmdb", "compute_s", 1),
+    "compute_lmdb_ms_maxp": _summary_ms("lmdb", "compute_s"),
+    "read_lmdb_ms_p1": _summary_ms("lmdb", "read_s", 1),
+    "read_lmdb_ms_maxp": _summary_ms("lmdb", "read_s"),
+    "read_full_ms_p1": _summary_ms(FULL, "read_s", 1),
+    "read_full_ms_maxp": _summary_ms(FULL, "read_s"),
+    "comm_lmdb_ms_p1": _summary_ms("lmdb", "comm_s", 1),
+    "comm_lmdb_ms_maxp": _summary_ms("lmdb", "comm_s"),
+    "read_word": _trend(("lmdb", FULL), "read_s", "grows", "falls"),
+    "comm_word": _trend(("lmdb", FULL), "comm_s", "grows", "falls"),
+    "cores": lambda root: cores(root, NB),
+    # the model's central estimate against its own band (a ratio need not fall inside it)
+    "t_model_vs_band": lambda root: word(_t("model")(root) < _t("model", "band_low")(root), "below",
+                                         word(_t("model")(root) > _t("model", "band_high")(root),
+                                              "above", "inside")),
     "t_max_p": lambda root: int(t_series(root)["local"]["nprocs"].max()),
     # prefetch: deepest depth against none, at P = 1 and at the largest P
     "pf_depth": lambda root: int(prefetch(root).index.get_level_values(1).max()),
     "pf_max_p": lambda root: int(prefetch(root).index.get_level_values(0).max()),
     "pf_change_p1_pct": lambda root: abs(_pf_change(1)(root)),
     "pf_word_p1": lambda root: word(_pf_change(1)(root) > 0, "slower", "faster"),
+    **{f"pf_change_p{p}_pct": (lambda p: lambda root: abs(_pf_change(p)(root)))(p) for p in (2, 4)},
+    **{f"pf_word_p{p}": (lambda p: lambda root: word(_pf_change(p)(root) > 0, "slower", "faster"))(p)
+       for p in (2, 4)},
+    "pf_n_faster": lambda root: sum(_pf_change(int(p))(root) < 0
+                                    for p in prefetch(root).index.get_level_values(0).unique()),
+    "pf_n_p": lambda root: int(prefetch(root).index.get_level_values(0).nunique()),
     "pf_change_maxp_pct": lambda root: abs(_pf_change("max")(root)),
     "pf_word_maxp": lambda root: word(_pf_change("max")(root) > 0, "slower", "faster"),
     "pf_wait_d0_maxp_ms": lambda root: 1e3 * _pf("max", 0, "io_wait_s")(root),

@@ -11,6 +11,9 @@ from .prose import claim_row, csv, word  # noqa: F401
 
 #: Phrases whose numbers come from a source, not from this project's results: phrase -> source.
 STATIC: dict[str, str] = {
+    "at most 25%": "the validation criterion (lmdbio.lab.model.validate.CRITERION)",
+    "spans more than 10x": "lmdbio.lab.claims.band_word (UNINFORMATIVE = 10)",
+    "(lower bounds)": "lmdbio/lab/model/absolute.py: each bound with its source (bound_source)",
     "25%": "the validation criterion (lmdbio.lab.model.validate: median |relative error| <= 0.25)",
     "10 s and 100,000 s": "the poster's time axis (Poster 2018; lmdbio.lab.model.absolute.POSTER_AXIS_S)",
     "10 s to 100,000 s": "the poster's time axis (Poster 2018; lmdbio.lab.model.absolute.POSTER_AXIS_S)",
@@ -136,9 +139,18 @@ def _validated_max_p(root: Path) -> int:
     return int(csv(root, "model_validation/summary.csv")["nprocs"].max())
 
 
+def _validated_points(root: Path, setting: str) -> pd.DataFrame:
+    """The measured points of one validation setting (``local disk``, ``shared storage target``...)."""
+    s = csv(root, "model_validation/summary.csv")
+    return s[s["setting"] == setting]
+
+
 FACTS.update({
     "worst_problem": _problem,
     "validated_max_p": _validated_max_p,
+    "local_max_p": lambda root: int(_validated_points(root, "local disk")["nprocs"].max()),
+    "cores": lambda root: int(json.loads((Path(root) / "model_validation" / "meta.json").read_text())
+                              ["host"]["cores"]),
     "extrapolation": lambda root: int(_c8(root)["nprocs"]) / _validated_max_p(root),
     "memcpy_gbps": lambda root: 1 / json.loads((Path(root) / "model_calibration" / "calibration.json")
                                                .read_text())["values"]["memcpy_byte_s"] / 1e9,

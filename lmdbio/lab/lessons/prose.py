@@ -22,6 +22,22 @@ percentage, a ratio ``3x``, a time or a rate) must either carry a marker or
 be a phrase of the module's ``STATIC`` dict, which maps it to its source
 (a paper, a profile file, a parameter); code spans and fenced code are not
 prose and are skipped.
+
+Words are checked as numbers are. A sentence with a comparison word
+(:data:`COMPARISON`: faster, fewer, grows, at most...) carries a fact marker,
+or the phrase around the word is in ``STATIC``; questions, and the cells that
+ask or instruct (:data:`INSTRUCTIONS`), state nothing and are skipped. A claim
+named with its quantity, ``C2 (LMM/LMDB)``, names it as
+``lmdbio/lab/claims.py`` does.
+
+Figure text is checked where it is written: the string literals of the
+figure modules (:data:`FIGURE_MODULES`: titles, labels, legends,
+annotations) and those a notebook's code passes to ``plots``/``figures``
+(``title=``, ``mech_label=``...) carry no number or comparison word unless
+the phrase is in the module's ``STATIC``; what a figure computes from the
+results (an f-string's fields) is data, not text. A claim's quantity is named
+one way round in the criterion legend and on the axis
+(:func:`claim_name_problems`).
 """
 
 from __future__ import annotations
@@ -31,42 +47,31 @@ import importlib
 import json
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import pandas as pd
 
 from ..paths import REPO
+from .figtext import code_text
+from .wording import COMPARISON, MEASURED, Problem
 
 COMMITTED = REPO / "data" / "results"
 
 MARKER = re.compile(r"<!--\s*=(?P<name>[A-Za-z_][\w]*)\s*-->")
-#: Numbers that read as measured: decimals, percentages, ratios, scientific notation, times, rates.
-MEASURED = re.compile(
-    r"(?<![\w.,])(?:"
-    r"\d[\d,]*(?:\.\d+)?e[+-]?\d+"                     # 9.4e5
-    r"|\d[\d,]*\.\d+(?:\s?(?:%|x|×))?"                  # 0.19, 0.19x, 1.5%
-    r"|\d[\d,]*\s?(?:%|x\b|×)"                          # 27%, 5x
-    r"|\d[\d,]*(?:\.\d+)?\s(?:ms|µs|s|min|MB/s|GB/s|MiB/s|GiB/s|rec/s|records/s)\b"  # 60 ms
-    r")(?![\w])")
+#: Cells that ask or instruct rather than state (their numbers are still checked).
+INSTRUCTIONS = ("**Objectives.**", "### How to experiment", "## Exercise", "**Predict, then run.**",
+                "**Your prediction", "**Run it yourself.**")
+#: ``C2 (LMM/LMDB)``: a claim named with its quantity.
+CLAIM_NAME = re.compile(r"\b(?P<id>C\d(?:-imagenet)?|T) \((?P<name>[^()]*/[^()]*)\)")
+#: Sentence ends, blank lines and the starts of list items and table rows.
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n\s*\n|\n(?=\s*(?:[-*|#]|\d+\.)\s)")
 _FENCE = re.compile(r"```.*?```", re.S)
 _CODE = re.compile(r"`[^`\n]*`")
 _LINK_TARGET = re.compile(r"\]\([^)]*\)")
 _NUMBER = re.compile(r"^~?≈?(?P<mant>\d[\d,]*(?:\.(?P<dec>\d+))?)(?:e(?P<exp>[+-]?\d+))?(?P<unit>%|x|×)?$")
 _TOKEN_STRIP_HEAD = "(*_~\"'“‘[≈"
 _TOKEN_STRIP_TAIL = ".,;:)*_\"'”’]!?"
-
-
-@dataclass(frozen=True)
-class Problem:
-    notebook: str
-    cell: int
-    text: str
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{self.notebook} cell {self.cell}: {self.detail} [{self.text}]"
 
 
 def module(notebook: str):
@@ -130,50 +135,125 @@ def facts(notebook: str, results_root=COMMITTED) -> dict:
 
 
 def check_notebook(path: str | Path, results_root=COMMITTED) -> list[Problem]:
-    """Every disagreement between a notebook's prose and the results under ``results_root``."""
+    """Every disagreement between a notebook's prose (its Markdown and the figure text its code
+    passes to ``plots``) and the results under ``results_root``."""
     path = Path(path)
     nb = json.loads(path.read_text())
     mod = module(path.name)
     static = getattr(mod, "STATIC", {})
-    values = facts(path.name, results_root)
+    values = _Facts(mod, Path(results_root))
     problems: list[Problem] = []
     for i, cell in enumerate(nb["cells"]):
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code":
+            problems += [Problem(path.name, i, text, detail) for text, detail in code_text(source, static)]
+            continue
         if cell["cell_type"] != "markdown":
             continue
-        text = prose("".join(cell["source"]))
-        for m in MARKER.finditer(text):
-            name = m["name"]
-            stated = _token(text[:m.start()])
-            context = text[max(0, m.start() - 60):m.start()].replace("\n", " ").strip()
-            if name not in values:
-                problems.append(Problem(path.name, i, context, f"no fact named {name!r} in {mod.__name__}.FACTS"))
-                continue
-            value = values[name]
-            if isinstance(value, Exception):
-                problems.append(Problem(path.name, i, context,
-                                        f"fact {name!r} could not be computed: {type(value).__name__}: {value}"))
-            elif not agrees(stated, value):
-                problems.append(Problem(path.name, i, context,
-                                        f"states {stated!r}, the results give {_fmt(value)} (fact {name})"))
-        bare = MARKER.sub(lambda m: "\0" * len(m.group(0)), text)
-        for m in MEASURED.finditer(bare):
-            after = bare[m.end():m.end() + 12].lstrip(" *_")
-            if after.startswith("\0"):
-                continue
-            # a number followed by its unit and then the marker ("2.2 GB/s<!-- =x -->") is covered too
-            if re.match(r"^[^\s\0]{1,9}[*_]*\0", after):
-                continue
-            if any(_inside(text, m.start(), m.end(), phrase) for phrase in static):
-                continue
-            context = text[max(0, m.start() - 50):m.end() + 20].replace("\n", " ").strip()
-            problems.append(Problem(path.name, i, context,
-                                    f"{m.group(0)!r} reads as measured but has no fact marker and is not "
-                                    f"in STATIC (add <!-- =name --> after it, or its source to STATIC)"))
+        text = prose(source)
+        problems += _marker_problems(path.name, i, text, values, mod.__name__)
+        problems += _measured_problems(path.name, i, text, static)
+        if not source.lstrip().startswith(INSTRUCTIONS):
+            problems += _comparison_problems(path.name, i, text, static)
+        problems += _claim_name_problems(path.name, i, text)
     return problems
 
 
+class _Facts(dict):
+    """A notebook's facts, each computed the first time a marker asks for it (an error is kept)."""
+
+    def __init__(self, mod, root: Path):
+        super().__init__()
+        self.mod, self.root = mod, root
+
+    def __contains__(self, name) -> bool:
+        return name in self.mod.FACTS
+
+    def __missing__(self, name):
+        try:
+            self[name] = self.mod.FACTS[name](self.root)
+        except Exception as e:  # a missing or malformed result is a problem, reported with its fact
+            self[name] = e
+        return dict.__getitem__(self, name)
+
+
+def _marker_problems(nb: str, i: int, text: str, values, modname: str) -> list[Problem]:
+    out = []
+    for m in MARKER.finditer(text):
+        name = m["name"]
+        stated = _token(text[:m.start()])
+        context = text[max(0, m.start() - 60):m.start()].replace("\n", " ").strip()
+        if name not in values:
+            out.append(Problem(nb, i, context, f"no fact named {name!r} in {modname}.FACTS"))
+            continue
+        value = values[name]
+        if isinstance(value, Exception):
+            out.append(Problem(nb, i, context, f"fact {name!r} could not be computed: {type(value).__name__}: {value}"))
+        elif not agrees(stated, value):
+            out.append(Problem(nb, i, context, f"states {stated!r}, the results give {_fmt(value)} (fact {name})"))
+    return out
+
+
+def _measured_problems(nb: str, i: int, text: str, static: dict) -> list[Problem]:
+    out = []
+    bare = MARKER.sub(lambda m: "\0" * len(m.group(0)), text)
+    for m in MEASURED.finditer(bare):
+        after = bare[m.end():m.end() + 12].lstrip(" *_")
+        if after.startswith("\0"):
+            continue
+        # a number followed by its unit and then the marker ("2.2 GB/s<!-- =x -->") is covered too
+        if re.match(r"^[^\s\0]{1,9}[*_]*\0", after):
+            continue
+        if any(_inside(text, m.start(), m.end(), phrase) for phrase in static):
+            continue
+        context = text[max(0, m.start() - 50):m.end() + 20].replace("\n", " ").strip()
+        out.append(Problem(nb, i, context, f"{m.group(0)!r} reads as measured but has no fact marker and is not "
+                                           f"in STATIC (add <!-- =name --> after it, or its source to STATIC)"))
+    return out
+
+
+def _sentences(text: str):
+    """(offset, sentence) of each sentence, list item or table row of ``text``."""
+    pos = 0
+    for m in _SENTENCE.finditer(text):
+        yield pos, text[pos:m.start()]
+        pos = m.end()
+    yield pos, text[pos:]
+
+
+def _comparison_problems(nb: str, i: int, text: str, static: dict) -> list[Problem]:
+    """A comparison word in a sentence with no fact marker, outside every STATIC phrase (one per sentence)."""
+    out = []
+    for start, sentence in _sentences(text):
+        if MARKER.search(sentence) or sentence.rstrip(" *_)\n").endswith("?"):
+            continue
+        for m in COMPARISON.finditer(sentence):
+            if any(_inside(text, start + m.start(), start + m.end(), phrase) for phrase in static):
+                continue
+            context = " ".join(MARKER.sub("", sentence).split())[:160]
+            out.append(Problem(nb, i, context, f"{m.group(0)!r} compares, but its sentence has no fact marker and "
+                                                f"the phrase is not in STATIC (mark the number or word the data "
+                                                f"decide, or add the phrase and its source to STATIC)"))
+            break
+    return out
+
+
+def _claim_name_problems(nb: str, i: int, text: str) -> list[Problem]:
+    from .. import claims
+
+    out = []
+    for m in CLAIM_NAME.finditer(text):
+        short = claims.claim(m["id"]).short
+        if not (m["name"] == short or m["name"].startswith((short + ", ", short + "; "))):
+            out.append(Problem(nb, i, m.group(0), f"names {m['id']}'s quantity {m['name']!r}; "
+                                                   f"lmdbio/lab/claims.py names it {short!r}"))
+    return out
+
+
 def _inside(text: str, start: int, end: int, phrase: str) -> bool:
-    for m in re.finditer(re.escape(phrase), text):
+    """Whether ``text[start:end]`` lies in an occurrence of ``phrase`` (any run of white space in
+    the phrase matches any other, so a phrase need not follow the cell's line breaks)."""
+    for m in re.finditer(r"\s+".join(map(re.escape, phrase.split())), text):
         if m.start() <= start and end <= m.end():
             return True
     return False
@@ -200,6 +280,18 @@ def csv(root: Path, rel: str) -> pd.DataFrame:
     if not p.exists():
         raise FileNotFoundError(f"{p} (the notebook's results are missing; run it, or make reproduce)")
     return _read_csv(str(p), p.stat().st_mtime)
+
+
+def json_file(root: Path, rel: str) -> dict:
+    """``root/rel`` as JSON, the committed file when ``root`` has none (a run that did not make it)."""
+    p = Path(root) / rel
+    return json.loads((p if p.exists() else COMMITTED / rel).read_text())
+
+
+def cores(root: Path, notebook: str) -> int:
+    """The cores of the machine a notebook's results were measured on (its ``meta.json``; the
+    committed one when ``root`` has none)."""
+    return int(json_file(root, f"{notebook}/meta.json")["host"]["cores"])
 
 
 def claim_row(root: Path, claim: str, setting: str) -> pd.Series:

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..plots import VARIANT_COLORS, VARIANTS, PHASE_COLORS, label
 from .predict import PHASES
+from .validate import CRITERION
 
 __all__ = ["calibration_figure", "validation_figure", "prediction_figure", "phases_figure",
            "verdict_map_figure"]
@@ -51,7 +52,7 @@ def validation_figure(df):
         lo = min(g["measured_s"].min(), g["predicted_s"].min()) * 0.7
         hi = max(g["measured_s"].max(), g["predicted_s"].max()) * 1.4
         x = np.array([lo, hi])
-        ax.fill_between(x, x * 0.75, x * 1.25, color="#ecf0f1", label="±25%")
+        ax.fill_between(x, x * (1 - CRITERION), x * (1 + CRITERION), color="#ecf0f1", label=f"±{CRITERION:.0%}")
         ax.plot(x, x, color="#7f8c8d", lw=1)
         for v in VARIANTS:
             gv = g[g["variant"] == v]
