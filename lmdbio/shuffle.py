@@ -571,8 +571,9 @@ def quality_table(n: int, batch_size: int, block: int, *, window: int = 4, class
     ``nprocs / ranks_per_node`` node readers, each shuffle window one unit),
     over file order's (each batch one unit: file order reads each reader's run
     of every batch, never through the holes between them); and the settings.
-    At 4 ranks, 2 node readers, tests/mpi/window_bytes.py's counters are within
-    3% of these bytes and equal these requests for the shuffled modes.
+    At 4 ranks, 2 node readers, the readers' counters are within 3% of these
+    bytes and equal these requests for the shuffled modes
+    (tests/mpi_ranks/test_window_bytes.py).
     """
     orders = {"file": (np.arange(n, dtype=np.int64), np.arange(n) // batch_size)}
     windows = record_windows(n, block, window, seed, 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -52,6 +53,18 @@ def run_bounded(script, n, *args, env=None, timeout=60):
         return run_mpi(script, n, *args, env=env, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{script} {args} did not end within {timeout} s (a rank hangs)")
+
+
+def run_verdict(script, n, *args, env=None, timeout=60) -> tuple[subprocess.CompletedProcess,
+                                                                 dict | None]:
+    """run_bounded with ``$MPI_VERDICT`` set (tests/mpi/verdict.py): the job and the verdict its
+    rank 0 wrote, or None if none was written (the job ended before)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "verdict.json"
+        proc = run_bounded(script, n, *args, env={**(env or {}), "MPI_VERDICT": str(path)},
+                           timeout=timeout)
+        verdict = json.loads(path.read_text()) if path.exists() else None
+    return proc, verdict
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -58,21 +59,24 @@ needs_small_shm = pytest.mark.skipif(not _small_shm_works(),
                                      reason="needs root and unshare(1) to mount a small /dev/shm")
 
 
-def run_in_small_shm(size: str, *args) -> tuple[subprocess.CompletedProcess, list[str]]:
+def run_in_small_shm(size: str, *args) -> tuple[subprocess.CompletedProcess, list[str], list]:
     """Run ``edge_shm.py args`` at P = 2 with a ``size`` tmpfs on /dev/shm.
 
     The tmpfs lives in a mount namespace of this job alone: the machine's /dev/shm and other
-    jobs are untouched, and it vanishes with the job. Returns the job and what it left in
-    its /dev/shm.
+    jobs are untouched, and it vanishes with the job. Returns the job, what it left in its
+    /dev/shm and each rank's outcome (its verdict, tests/mpi/verdict.py).
     """
     job = (f"mount -t tmpfs -o size={size} tmpfs /dev/shm || exit 99; "
            f"{mpiexec()} -n 2 {sys.executable} {MPI_SCRIPTS / 'edge_shm.py'} "
            f"{' '.join(map(str, args))}; rc=$?; echo LEFT:$(ls -A /dev/shm); exit $rc")
-    proc = subprocess.run(["unshare", "-m", "sh", "-c", job], capture_output=True, text=True,
-                          timeout=180, env=ENV, cwd=ROOT)
+    with tempfile.TemporaryDirectory() as folder:
+        verdict = Path(folder) / "verdict.json"
+        proc = subprocess.run(["unshare", "-m", "sh", "-c", job], capture_output=True, text=True,
+                              timeout=180, env={**ENV, "MPI_VERDICT": str(verdict)}, cwd=ROOT)
+        outcomes = json.loads(verdict.read_text())["outcomes"] if verdict.exists() else None
     left = [line[5:].split() for line in proc.stdout.splitlines() if line.startswith("LEFT:")]
-    assert left, proc.stdout + proc.stderr
-    return proc, left[0]
+    assert left and outcomes is not None, proc.stdout + proc.stderr
+    return proc, left[0], outcomes
 
 
 @pytest.fixture(scope="module")
@@ -100,12 +104,11 @@ def growing_db(tmp_path_factory):
     return path
 
 
-def _assert_every_rank_refused(proc, left, what: str):
+def _assert_every_rank_refused(proc, left, outcomes, what: str):
     out = proc.stdout + proc.stderr
     assert "Bus error" not in out and "signal 7" not in out, out[-3000:]
-    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank "))
-    assert [line.split(":")[0] for line in lines] == ["rank 0", "rank 1"], out[-3000:]
-    for line in lines:
+    assert len(outcomes) == 2, outcomes
+    for line in (f"rank {r}: {outcome}" for r, outcome in enumerate(outcomes)):
         assert "ResourceError" in line and what in line and "/dev/shm" in line, line
         assert "Free room in /dev/shm" in line, line   # and what to do
         assert not re.search(r"rank (\d+)\b[^:]*: rank \1\b", line), f"rank named twice: {line}"
@@ -118,9 +121,9 @@ def _assert_every_rank_refused(proc, left, what: str):
 @pytest.mark.mpi
 @pytest.mark.parametrize("variant", ["lmdbio-lmm-dio", "lmdbio-lmm"])
 def test_slots_that_do_not_fit_dev_shm_are_refused_on_every_rank(imagenet_db, variant):
-    proc, left = run_in_small_shm("50m", imagenet_db, variant, 32, "plain")
-    _assert_every_rank_refused(proc, left, "needs 61.8 MiB of shared memory")
-    assert "only " in proc.stdout and "is free there" in proc.stdout
+    proc, left, outcomes = run_in_small_shm("50m", imagenet_db, variant, 32, "plain")
+    _assert_every_rank_refused(proc, left, outcomes, "needs 61.8 MiB of shared memory")
+    assert any("only " in o and "is free there" in o for o in outcomes), outcomes
 
 
 @needs_small_shm
@@ -129,8 +132,8 @@ def test_slots_that_do_not_fit_dev_shm_are_refused_on_every_rank(imagenet_db, va
 def test_dev_shm_filled_after_the_check_is_still_no_bus_error(imagenet_db):
     """Every rank's free-space check is fooled (another job fills /dev/shm right after it):
     the reader faults the pages in where the kernel answers "no room" instead of SIGBUS."""
-    proc, left = run_in_small_shm("50m", imagenet_db, "lmdbio-lmm-dio", 32, "stale")
-    _assert_every_rank_refused(proc, left, "could not fault in its 61.8 MiB")
+    proc, left, outcomes = run_in_small_shm("50m", imagenet_db, "lmdbio-lmm-dio", 32, "stale")
+    _assert_every_rank_refused(proc, left, outcomes, "could not fault in its 61.8 MiB")
 
 
 @needs_small_shm
@@ -138,17 +141,18 @@ def test_dev_shm_filled_after_the_check_is_still_no_bus_error(imagenet_db):
 @pytest.mark.mpi
 @pytest.mark.parametrize("mode", ["plain", "stale"])
 def test_a_slot_that_cannot_grow_is_refused_on_every_rank(growing_db, mode):
-    proc, left = run_in_small_shm("50m", growing_db, "lmdbio-lmm-dio", 8, mode)
-    _assert_every_rank_refused(proc, left, "64.0 MiB")
-    assert "could not grow the reader group's shared slot" in proc.stdout   # the member's words
+    proc, left, outcomes = run_in_small_shm("50m", growing_db, "lmdbio-lmm-dio", 8, mode)
+    _assert_every_rank_refused(proc, left, outcomes, "64.0 MiB")
+    # The member's words.
+    assert any("could not grow the reader group's shared slot" in o for o in outcomes), outcomes
 
 
 @needs_small_shm
 @pytest.mark.mpi
 def test_slots_that_fit_are_read(imagenet_db):
-    proc, left = run_in_small_shm("200m", imagenet_db, "lmdbio-lmm-dio", 32, "plain")
+    proc, left, outcomes = run_in_small_shm("200m", imagenet_db, "lmdbio-lmm-dio", 32, "plain")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count(": ok") == 2 and left == []
+    assert outcomes == ["ok", "ok"] and left == []
 
 
 # ------------------------------------------------------------ H: data.mdb renamed over

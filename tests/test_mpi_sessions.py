@@ -85,8 +85,10 @@ def problems(results: Path, rc: int | None, limit: float) -> tuple[list[str], di
                                     pytest.param(16, marks=pytest.mark.gate)], ids="P{}".format)
 def test_session(nprocs, rank_datasets, tmp_path, request):
     """Every test of tests/mpi_ranks at this size, in one session."""
-    results = tmp_path / "results.json"
-    rc, output = run_session(nprocs, RANKS, results, {"LMDBIO_TEST_DATASETS": rank_datasets},
+    results, scratch = tmp_path / "results.json", tmp_path / "scratch"
+    scratch.mkdir()
+    rc, output = run_session(nprocs, RANKS, results, {"LMDBIO_TEST_DATASETS": rank_datasets,
+                                                      "LMDBIO_TEST_SCRATCH": str(scratch)},
                              request.config.getoption("markexpr"), LIMIT[nprocs])
     found, _ = problems(results, rc, LIMIT[nprocs])
     if found:

@@ -160,6 +160,7 @@ def _text(nb: nbformat.NotebookNode) -> str:
 
 
 @pytest.mark.notebooks
+@pytest.mark.gate
 @pytest.mark.parametrize("nb", ["00", "07"])
 def test_a_replot_from_jupyterlab_writes_nothing(nb, tmp_path):
     # 07: figures, its settings figure and the closing verdicts, drawn from the committed results.
@@ -177,6 +178,7 @@ def test_a_replot_from_jupyterlab_writes_nothing(nb, tmp_path):
 
 
 @pytest.mark.notebooks
+@pytest.mark.gate
 def test_a_run_from_jupyterlab_writes_only_its_scratch_folder(tmp_path):
     before = _snapshot(COMMITTED)
     t0 = time.time()

@@ -4,7 +4,8 @@ After a full check passes, a stamp in ``LMDBIO_CACHE`` binds the sidecar's
 digest, the data file's fstat identity (ctime included) and the meta read; a
 later open with all three the same skips the check. An edited sidecar, a
 touched or rewritten data.mdb and a garbage stamp all mean the full check
-again. (conftest gives every test an empty ``LMDBIO_CACHE`` of its own.)
+again. (conftest gives every test an empty ``LMDBIO_CACHE`` of its own.) The stamp across
+ranks and reader groups: tests/mpi_ranks/test_provenance_stamp.py.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import stat
 import pandas as pd
 import pytest
 
-from conftest import run_mpi
 from lmdbio import Reader
 from lmdbio.cli import main
 from lmdbio.datasets import make_dataset
@@ -148,41 +148,6 @@ def test_index_verify_writes_a_missing_sidecar(db, capsys):
     sidecar_path(db).unlink()
     assert main(["index", "--verify", str(db)]) == 0
     assert sidecar_path(db).is_file() and len(stamps()) == 1
-
-
-# ------------------------------------------------------------------ under MPI
-
-STEPS = ["first", "second", "distrust", "forged", "honest", "touched", "rewritten", "garbage"]
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("nprocs,rpn", [(2, "1"), (4, "2")])
-def test_the_stamp_across_ranks(db, nprocs, rpn):
-    out = run_mpi("prov_stamp.py", nprocs, db, rpn, "lmdbio-lmm-dio-prov-coal",
-                  env={"LMDBIO_TIMEOUT": "20"}, timeout=180)
-    lines = {}
-    for line in out.stdout.splitlines():
-        step, _, rank, got = line.split(" ", 3)
-        lines.setdefault(step, {})[int(rank[:-1])] = got
-    assert list(lines) == STEPS, out.stdout
-    readers = [r for r, got in lines["first"].items() if "share=None" not in got]
-    assert len(readers) == 2, out.stdout          # one reader per (virtual) node: a group of 2
-    for step, by_rank in lines.items():
-        assert sorted(by_rank) == list(range(nprocs)), out.stdout
-        for rank, got in by_rank.items():
-            if step == "forged":                  # every rank learns of it
-                assert got.startswith("StaleProvenanceError") and "sidecar says" in got, got
-                continue
-            assert got.startswith("ok ") and got.endswith(" wrong=0"), got
-            if rank not in readers:
-                continue
-            share = got.split()[1]
-            if step in ("second", "honest"):      # every reader found the stamp
-                assert share == "share=stamp" and "stamp=used" in got, got
-            else:                                 # the full check, split over the group
-                assert share == f"share={readers.index(rank)}/2", got
-    # A reader that distrusts stamps makes the whole group check.
-    assert "stamp=off" in lines["distrust"][readers[1]]
 
 
 # ------------------------------------------------------------------ benchmarks

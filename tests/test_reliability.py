@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import lmdbio
-from conftest import run_bounded
+from conftest import run_bounded, run_verdict
 
 pytestmark = pytest.mark.mpi
 
@@ -43,12 +43,11 @@ def test_every_variant_reads_its_snapshot_beside_a_writer(tmp_path, fmt):
     from lmdbio.datasets import make_dataset
 
     db = make_dataset(tmp_path / "db", "cifar10", 600, commit_every=100, seed=11, lmdb_format=fmt)
-    out = run_bounded("rel_writer.py", 2, db, SEVEN, env={"LMDBIO_TIMEOUT": "10"}, timeout=120)
-    assert out.returncode == 0, out.stderr[-3000:]
+    out, verdict = run_verdict("rel_writer.py", 2, db, SEVEN, env={"LMDBIO_TIMEOUT": "10"},
+                               timeout=120)
     assert "Assertion" not in out.stderr
-    for variant in lmdbio.VARIANTS:
-        for rank in (0, 1):
-            assert f"{variant} rank {rank}: ok (" in out.stdout, out.stdout
+    assert out.returncode == 0 and verdict is not None, out.stdout + out.stderr[-3000:]
+    assert verdict["outcomes"] == [{v: "ok" for v in lmdbio.VARIANTS}] * 2, verdict
 
 
 def test_a_damaged_leaf_fails_setup_on_every_rank(tmp_path):
@@ -63,20 +62,22 @@ def test_a_damaged_leaf_fails_setup_on_every_rank(tmp_path):
     ps = page_size(db / "data.mdb")
     patch(db / "data.mdb", int(leaves[len(leaves) // 2]) * ps, bytes(ps))   # the meta stays valid
     sidecar_path(db).unlink()   # PROV must build it (build_provenance=True) and meet the damage
-    out = run_bounded("rel_setup_error.py", 2, db, "lmdbio-lmm-dio", "lmdbio-lmm-dio-prov",
-                      env=FAST, timeout=60)
-    assert out.returncode == 0, out.stderr[-3000:]
-    for variant in ("lmdbio-lmm-dio", "lmdbio-lmm-dio-prov"):
-        for rank in (0, 1):
-            line = next(l for l in out.stdout.splitlines() if l.startswith(f"{variant} rank {rank} "))
-            assert "LmdbFormatError" in line and "zeroed or misplaced page" in line, line
+    out, verdict = run_verdict("rel_setup_error.py", 2, db, "lmdbio-lmm-dio",
+                               "lmdbio-lmm-dio-prov", env=FAST, timeout=60)
+    assert out.returncode == 0 and verdict is not None, out.stderr[-3000:]
+    for rank, outcomes in enumerate(verdict["outcomes"]):
+        assert list(outcomes) == ["lmdbio-lmm-dio", "lmdbio-lmm-dio-prov"], outcomes
+        for variant, got in outcomes.items():
+            assert "LmdbFormatError" in got["error"], (rank, variant, got)
+            assert "zeroed or misplaced page" in got["error"], (rank, variant, got)
 
 
 @pytest.mark.parametrize("variant", ["lmdbio-lmm-dio", "lmdbio-lmm-dm"])
 def test_batches_stay_readable_after_close(datasets, variant):
-    out = run_bounded("rel_after_close.py", 2, datasets["cifar10"], variant, env=FAST, timeout=60)
-    assert out.returncode == 0, f"rc {out.returncode} (a segfault is -11/139)\n{out.stderr[-2000:]}"
-    assert out.stdout.count(": ok") == 2, out.stdout
+    out, verdict = run_verdict("rel_after_close.py", 2, datasets["cifar10"], variant, env=FAST,
+                               timeout=60)
+    assert verdict is not None, f"rc {out.returncode} (a segfault is -11/139)\n{out.stderr[-2000:]}"
+    assert out.returncode == 0 and verdict["outcomes"] == ["ok", "ok"], verdict
 
 
 @pytest.mark.parametrize("mode,error", [("all-same", "ValueError"), ("kbint", "KeyboardInterrupt")])
@@ -155,9 +156,9 @@ def test_node_in_the_path_reads_each_nodes_copy(datasets, tmp_path):
     (root / "node1").mkdir()
     shutil.copytree(datasets["cifar10"], root / "node0" / "ds")
     os.symlink(datasets["cifar10"], root / "node1" / "ds")
-    out = run_bounded("rel_node.py", 2, root, "ds", env=FAST, timeout=120)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "rank 0: ok" in out.stdout and "rank 1: ok" in out.stdout, out.stdout
+    out, verdict = run_verdict("rel_node.py", 2, root, "ds", env=FAST, timeout=120)
+    assert verdict is not None, out.stderr[-3000:]
+    assert out.returncode == 0 and verdict["outcomes"] == [[], []], verdict
 
 
 def test_timeout_setting_is_checked(monkeypatch):

@@ -12,7 +12,6 @@ import pytest
 from mpi4py import MPI
 
 import lmdbio
-from conftest import run_mpi
 from lmdbio import shuffle as sh
 from lmdbio.errors import ConfigurationError, SnapshotError
 from lmdbio.pipeline import EpochPlan, epoch_rows
@@ -248,26 +247,6 @@ def test_a_resumed_epoch_comes_first(db):
             next(r.epoch(2))
         assert len(_indices(r.epoch(1))) == 16
         assert len(_indices(r.epoch(2))) == 17
-
-
-# ---------------------------------------------------------------- under MPI (window_bytes.py)
-@pytest.mark.mpi
-@pytest.mark.gate
-def test_elastic_node_readers_read_about_file_order_bytes(tmp_path_factory):
-    """tests/mpi/window_bytes.py at P = 4, 2 node readers: the window mode reads whole
-    windows (about twice file order's bytes per reader); elastic reads each reader's run."""
-    import ast
-
-    from lmdbio.datasets import make_dataset
-
-    big = make_dataset(tmp_path_factory.mktemp("elastic") / "c", "cifar10", 4000, seed=2)
-    out = run_mpi("window_bytes.py", 4, big, 2, "lmdbio-lmm-dio-prov-coal", timeout=300)
-    got = {line.split(" reader_bytes=")[0]:
-           ast.literal_eval(line.split(" reader_bytes=")[1].split(" calls=")[0])
-           for line in out.stdout.splitlines() if "reader_bytes=" in line}
-    assert len(got["file"]) == len(got["elastic"]) == 2
-    for f, w, e in zip(got["file"], got["window"], got["elastic"]):
-        assert w > 1.6 * f and e < 1.15 * f, got
 
 
 # ---------------------------------------------------------------- the PyTorch adapter's state

@@ -1,8 +1,7 @@
 """The window stage: a shuffled epoch reads each shuffle window once, as large extents, and
 serves its batches from memory (lmdbio/pipeline/window.py). Request counts come from the
-reader's own stats rows (``calls``: preadv calls of the ``read`` phases)."""
-
-import ast
+reader's own stats rows (``calls``: preadv calls of the ``read`` phases). Node readers under MPI:
+tests/mpi_ranks/test_window_bytes.py."""
 
 import lmdb
 import numpy as np
@@ -80,29 +79,3 @@ def test_record_windows_follow_the_order():
         sizes = np.bincount(win)
         # Every window holds `window` whole chunks (the one with the short chunk fewer records).
         assert (sizes[:-1] >= (window - 1) * chunk).all() and sizes.sum() == n
-
-
-def _reader_bytes(out: str) -> dict:
-    """{mode: [bytes read by each reader]} from window_bytes.py's lines."""
-    got = {}
-    for line in out.splitlines():
-        if "reader_bytes=" in line:
-            mode, rest = line.split(" reader_bytes=")
-            got[mode] = ast.literal_eval(rest.split(" calls=")[0])
-    return got
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("nprocs,rpn", [(4, 2), (16, 4)])
-def test_shard_mode_node_readers_read_their_part_of_each_window(db, nprocs, rpn):
-    """Node readers (LMM, R = P / rpn) read whole windows in window mode, R times the file
-    order's bytes; in shard mode their ranks' records are one run: about file order's."""
-    from conftest import run_mpi
-
-    out = run_mpi("window_bytes.py", nprocs, db, rpn, "lmdbio-lmm-dio-prov-coal", timeout=300)
-    got = _reader_bytes(out.stdout)
-    R = nprocs // rpn
-    assert len(got["shard"]) == len(got["window"]) == len(got["file"]) == R
-    for f, w, s in zip(got["file"], got["window"], got["shard"]):
-        assert w > 0.8 * R * f, (got, "the window mode should read about R times the bytes")
-        assert s < 1.15 * f, got

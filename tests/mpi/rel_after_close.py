@@ -3,7 +3,8 @@
 usage: rel_after_close.py DB VARIANT
 Every rank keeps two batches, a memoryview of a record and a numpy view of a
 batch buffer, closes the Reader, and then reads them all and compares them
-with the database. A segfault here is the bug this checks for.
+with the database. A segfault here is the bug this checks for. Verdict
+(tests/mpi/verdict.py): each rank's ``"ok"`` or what differed.
 """
 
 import sys
@@ -14,6 +15,7 @@ from mpi4py import MPI
 import lmdbio
 
 from stored import stored_values
+from verdict import conclude
 
 db, variant = sys.argv[1], sys.argv[2]
 comm = MPI.COMM_WORLD
@@ -49,4 +51,4 @@ with lmdbio.Reader(db, 4 * comm.size, comm, variant=variant) as r2:
 parked_after = sum(len(v) for v in shm._REUSABLE.values())
 if comm.size > 1 and variant != "lmdb" and (parked_before != 1 or parked_after != 0):
     bad.append(f"parked windows {parked_before} -> {parked_after}, wanted 1 -> 0")
-print(f"rank {comm.rank}: {'ok' if not bad else f'differ: {bad}'}", flush=True)
+conclude(comm, "ok" if not bad else f"differ: {bad}", not bad)

@@ -2,9 +2,9 @@
 
 usage: rel_forged.py DB RANKS_PER_NODE VARIANT [VARIANT ...]   (RANKS_PER_NODE: None or a number)
 Each rank reads one epoch plus two batches with each variant and compares every
-record with py-lmdb's cursor. Rank 0 prints one line per (variant, rank):
-``<variant> rank <r>: ok ...`` with the variant and locate used, or the error
-type and message the Reader raised there.
+record with py-lmdb's cursor. Verdict (tests/mpi/verdict.py): each rank's ``{variant:
+{"checked", "wrong", "variant", "locate", "refused"}}`` (the variant and locate used, whether
+the sidecar was refused), or ``{"error": "TYPE: message"}`` the Reader raised there.
 """
 
 import sys
@@ -16,6 +16,7 @@ import lmdbio
 from lmdbio.errors import LmdbioError
 
 from stored import ranks_per_node, stored_values
+from verdict import conclude
 
 db, rpn_s, variants = sys.argv[1], sys.argv[2], sys.argv[3:]
 rpn = ranks_per_node(rpn_s)
@@ -23,6 +24,7 @@ comm = MPI.COMM_WORLD
 expected = stored_values(db)
 n, per = len(expected), 4
 B = per * comm.size
+outcomes = {}
 for variant in variants:
     comm.Barrier()
     try:
@@ -37,10 +39,10 @@ for variant in variants:
                 wrong += sum(bytes(b[i]) != expected[int(want[i])] for i in range(len(b)))
                 checked += len(b)
             last = r.stats()[-1]
-            got = (f"ok checked={checked} wrong={wrong} variant={r.variant} "
-                   f"locate={last.get('direct_locate', '-')} "
-                   f"refused={'provenance_refused' in last}")
+            got = {"checked": checked, "wrong": wrong, "variant": r.variant,
+                   "locate": last.get("direct_locate", "-"),
+                   "refused": "provenance_refused" in last}
     except LmdbioError as exc:
-        got = f"{type(exc).__name__}: {exc}"
-    for rank, g in enumerate(comm.gather(got, root=0) or []):
-        print(f"{variant} rank {rank}: {g}", flush=True)
+        got = {"error": f"{type(exc).__name__}: {exc}"}
+    outcomes[variant] = got
+conclude(comm, outcomes)

@@ -3,7 +3,8 @@
 usage: rel_node.py ROOT NAME
 ROOT/node0/NAME and ROOT/node1/NAME hold the same database. Every variant,
 with virtual nodes of one rank and with real nodes, must read the path of
-the rank's node and deliver the right records.
+the rank's node and deliver the right records. Verdict (tests/mpi/verdict.py): each
+rank's problems.
 """
 
 import sys
@@ -14,6 +15,7 @@ from mpi4py import MPI
 import lmdbio
 
 from stored import stored_values
+from verdict import conclude
 
 root, name = sys.argv[1], sys.argv[2]
 comm = MPI.COMM_WORLD
@@ -33,5 +35,4 @@ for variant in lmdbio.VARIANTS:
                 want = (t * B + comm.rank * per_rank + np.arange(per_rank)) % len(expected)
                 if [bytes(v) for v in b] != [expected[i] for i in want]:
                     problems.append(f"{variant} rpn={rpn} batch {t}: records differ")
-for rank, ps in enumerate(comm.gather(problems, root=0) or []):
-    print(f"rank {rank}: {'ok' if not ps else ps}", flush=True)
+conclude(comm, problems, not problems)

@@ -1,7 +1,8 @@
 """Under mpiexec: a setup failure on one rank ends the Reader on every rank (issue 13).
 
 usage: rel_setup_error.py DB VARIANT [VARIANT ...]
-Each rank prints the error type it got from Reader(...) and how long it took.
+Verdict (tests/mpi/verdict.py): each rank's ``{variant: {"error": "TYPE: message" or "no
+error", "seconds": its time in Reader(...)}}``.
 """
 
 import faulthandler
@@ -13,10 +14,12 @@ from mpi4py import MPI
 
 import lmdbio
 from lmdbio.errors import LmdbioError
+from verdict import conclude
 
 db, variants = sys.argv[1], sys.argv[2:]
 comm = MPI.COMM_WORLD
 faulthandler.register(signal.SIGUSR1)
+outcomes = {}
 for variant in variants:
     comm.Barrier()
     t0 = time.monotonic()
@@ -26,6 +29,5 @@ for variant in variants:
         got = "no error"
     except LmdbioError as exc:
         got = f"{type(exc).__name__}: {exc}"
-    took = time.monotonic() - t0
-    for rank, (g, s) in enumerate(comm.gather((got, took), root=0) or []):
-        print(f"{variant} rank {rank} after {s:.1f} s: {g}", flush=True)
+    outcomes[variant] = {"error": got, "seconds": round(time.monotonic() - t0, 2)}
+conclude(comm, outcomes)

@@ -2,9 +2,9 @@
 
 usage: rel_shrink.py SRC WORKDIR VARIANTS
 For each variant a fresh copy of SRC is read; after two batches rank 0 cuts
-the copy to a third of its size and every rank reads on. Each rank prints
-"VARIANT rank R: caught TYPE: message" or "VARIANT rank R: no error". A
-mapped page past the end of a file would kill the process with SIGBUS.
+the copy to a third of its size and every rank reads on. A mapped page past
+the end of a file would kill the process with SIGBUS. Verdict
+(tests/mpi/verdict.py): each rank's ``{variant: "caught TYPE: message" or "no error"}``.
 """
 
 import os
@@ -15,10 +15,12 @@ from mpi4py import MPI
 
 import lmdbio
 from lmdbio.errors import LmdbioError
+from verdict import conclude
 
 src, work, variants = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
 comm = MPI.COMM_WORLD
 B = 8 * comm.size
+outcomes = {}
 for variant in variants:
     db = os.path.join(work, variant)
     if comm.rank == 0:
@@ -38,5 +40,5 @@ for variant in variants:
                 r.read_batch()
     except LmdbioError as exc:
         result = f"caught {type(exc).__name__}: {' '.join(str(exc).split())}"
-    for rank, res in enumerate(comm.gather(result, root=0) or []):
-        print(f"{variant} rank {rank}: {res}", flush=True)
+    outcomes[variant] = result
+conclude(comm, outcomes)

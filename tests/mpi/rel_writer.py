@@ -5,8 +5,10 @@ For each variant: every rank records the database's values, the Reader
 opens, rank 0 starts a writer (rel_writer_proc.py) and waits for its first
 commit, and every rank checks every record it is given against the values
 at open, for two epochs. The writer opens WRITER_DB (default DB): the
-real directory when DB holds a symbolic link to its data.mdb. A clean LmdbioError is reported as such; any other
-outcome (wrong bytes, a C assertion) fails.
+real directory when DB holds a symbolic link to its data.mdb. Verdict
+(tests/mpi/verdict.py): each rank's ``{variant: "ok" or what went wrong}``, a clean
+LmdbioError reported as such; a rank passes when every variant read ``ok`` (wrong bytes,
+a clean error or a C assertion, which ends the job, fail).
 """
 
 import os
@@ -23,6 +25,7 @@ from mpi4py import MPI
 
 import lmdbio
 from lmdbio.errors import LmdbioError
+from verdict import conclude
 
 db, variants = sys.argv[1], sys.argv[2].split(",")
 writer_db = sys.argv[3] if len(sys.argv) > 3 else db
@@ -31,6 +34,7 @@ faulthandler.register(signal.SIGUSR1)   # a hang can be inspected with kill -USR
 here = os.path.dirname(os.path.abspath(__file__))
 per_rank = 10
 B = per_rank * comm.size
+outcomes = {}
 for variant in variants:
     comm.Barrier()   # the last variant's writer is gone before anyone looks at the values
     env = lmdb.open(db, readonly=True, lock=False)   # before the writer starts: no lock needed
@@ -72,7 +76,6 @@ for variant in variants:
         if writer is not None:
             writer.kill()
             writer.wait()
-    results = comm.gather(result, root=0)
-    if comm.rank == 0:
-        for rank, res in enumerate(results):
-            print(f"{variant} rank {rank}: {res} ({delivered} records checked on rank 0)", flush=True)
+    outcomes[variant] = result
+    print(f"{variant} rank {comm.rank}: {result} ({delivered} records checked)", flush=True)
+conclude(comm, outcomes, all(res == "ok" for res in outcomes.values()))

@@ -10,13 +10,16 @@ a body whose collectives the others never join. A test parametrized with ``nproc
 session of that size and is skipped in the others (:func:`sizes`). Rank 0 writes the JSON
 results as each test's body starts and at the end, so a session that the driver kills still
 says which tests failed and which one was running. Tests take every collective step first and
-assert after, so a rank whose assertion fails leaves no peer waiting.
+assert after, so a rank whose assertion fails leaves no peer waiting. What a test makes beyond
+the driver's datasets (a database, a folder, a damaged copy) rank 0 makes under the driver's
+scratch folder and hands to every rank (:func:`on_rank_0`, ``made``, ``shared_tmp``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 from functools import cache
 from pathlib import Path
 
@@ -28,6 +31,8 @@ from mpi4py import MPI
 COMM = MPI.COMM_WORLD
 #: The driver's datasets: JSON ``{name: path}`` (tests/test_mpi_sessions.py).
 DATASETS_ENV = "LMDBIO_TEST_DATASETS"
+#: A folder of the driver's that every rank sees: what the tests make goes there.
+SCRATCH_ENV = "LMDBIO_TEST_SCRATCH"
 #: Characters of a rank's error kept in the results and in the other ranks' reports.
 MESSAGE_CHARS = 1500
 
@@ -99,6 +104,52 @@ def datasets() -> dict[str, Path]:
     if not raw:
         pytest.fail(f"{DATASETS_ENV} is not set: run these tests by tests/test_mpi_sessions.py")
     return {name: Path(path) for name, path in json.loads(raw).items()}
+
+
+def on_rank_0(comm, make):
+    """``make()`` on rank 0 and its result on every rank; if it raised, every rank raises, so no
+    rank waits in a collective that rank 0 never reaches."""
+    result = error = None
+    if comm.rank == 0:
+        try:
+            result = make()
+        except Exception as exc:   # every rank raises it below
+            error = f"{type(exc).__name__}: {exc}"
+    result, error = comm.bcast((result, error), root=0)
+    if error is not None:
+        raise RuntimeError(f"on rank 0: {error}")
+    return result
+
+
+@pytest.fixture(scope="session")
+def scratch() -> Path:
+    """The driver's folder for this session, the same on every rank."""
+    raw = os.environ.get(SCRATCH_ENV)
+    if not raw:
+        pytest.fail(f"{SCRATCH_ENV} is not set: run these tests by tests/test_mpi_sessions.py")
+    return Path(raw)
+
+
+@pytest.fixture
+def shared_tmp(comm, scratch) -> Path:
+    """An empty folder of this test's, the same on every rank (made by rank 0)."""
+    return on_rank_0(comm, lambda: Path(tempfile.mkdtemp(dir=scratch)))
+
+
+@pytest.fixture(scope="session")
+def made(comm, scratch):
+    """``made(name, kind, n, **kw)``: ``lmdbio.datasets.make_dataset`` run by rank 0 the first
+    time a test asks for ``name``, its path on every rank; only the sessions that need a
+    database pay for it."""
+    from lmdbio.datasets import make_dataset
+
+    paths: dict[str, Path] = {}
+
+    def make(name: str, kind: str, n: int, **kw) -> Path:
+        if name not in paths:
+            paths[name] = on_rank_0(comm, lambda: make_dataset(scratch / name, kind, n, **kw))
+        return paths[name]
+    return make
 
 
 def _nprocs(item) -> int | None:
