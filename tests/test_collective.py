@@ -191,3 +191,32 @@ def test_stagger_waits_are_bounded_when_a_reader_never_comes(tmp_path, buffered)
         assert "close raised PeerTimeoutError" in zero, got
         assert "rank 1, a reader of the next stagger group, did not take its turn" in zero, got
         assert float(zero.rsplit(" after ", 1)[1].split()[0]) <= 2 + 2, zero
+
+
+# ------------------------------------------------------------------ abort_job
+class _Aborted(Exception):
+    pass
+
+
+class _AbortRecorder:
+    """The one call abort_job makes on a communicator: Abort(code). A real MPI_Abort ends the
+    process (and the job), so the exit code rule is checked here, in-process."""
+
+    def Abort(self, code):
+        raise _Aborted(code)
+
+
+@pytest.mark.parametrize("exc,code", [(KeyboardInterrupt(), 130), (RuntimeError("x"), 1)])
+def test_abort_job_ends_with_a_shells_code_and_ignores_a_second_ctrl_c(exc, code):
+    import signal
+
+    from lmdbio.collective import abort_job
+
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(_Aborted) as aborted:
+            abort_job(_AbortRecorder(), exc)
+        assert aborted.value.args == (code,)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
