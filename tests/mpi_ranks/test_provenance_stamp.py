@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import lmdbio
-from conftest import on_rank_0, sizes, stored_values
+from conftest import Checker, on_rank_0, sizes
 from lmdbio.provenance import from_index, sidecar_path, write_provenance
 from lmdbio.recordindex import build_index
 from lmdbio.verified import cache_dir
@@ -65,24 +65,20 @@ def steps(db) -> list[tuple]:
 
 def open_and_read(comm, db, rpn: int) -> dict:
     """One Reader: an epoch plus a batch, each record compared with py-lmdb's; the setup row's
-    ``share`` and ``stamp`` (None on a rank that does not read the file) and ``wrong``, or the
-    ``error`` it raised."""
-    expected = stored_values(db)
-    n, per = len(expected), 4
+    ``share`` and ``stamp`` (None on a rank that does not read the file) and ``wrong`` (batches
+    with wrong records or indices), or the ``error`` it raised."""
+    check = Checker(db)
+    n, per = len(check.expected), 4
     B = per * comm.size
     try:
         with lmdbio.Reader(db, B, comm, variant=VARIANT, ranks_per_node=rpn) as r:
-            wrong = 0
             for t in range(-(-n // B) + 1):
-                b = r.read_batch()
-                want = (t * B + comm.rank * per + np.arange(per)) % n
-                if not np.array_equal(b.indices, want):
-                    wrong += per
-                    continue
-                wrong += sum(bytes(b[i]) != expected[int(want[i])] for i in range(len(b)))
+                want = ((t * B + comm.rank * per + np.arange(per)) % n).tolist()
+                if check(r.read_batch()) != want:
+                    check.wrong.append(f"batch {t}: not records {want}")
             setup = next(row for row in r.stats() if row.get("phase") == "setup")
         return {"share": setup.get("prov_check_share"), "stamp": setup.get("prov_stamp"),
-                "wrong": wrong}
+                "wrong": len(check.wrong)}
     except Exception as exc:   # asserted by the test, once every rank has taken every step
         return {"error": f"{type(exc).__name__}: {exc}"}
 
