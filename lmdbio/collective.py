@@ -20,9 +20,6 @@ communicator is parked, never freed (:func:`release_comms`).
 
 from __future__ import annotations
 
-import os
-import pickle
-import re
 import signal
 import threading
 import time
@@ -31,8 +28,10 @@ from functools import lru_cache
 from typing import Any, Callable
 
 from . import tags
-from .errors import ConfigurationError, LmdbioError, PeerTimeoutError
-from .waiting import timeout, wait_until
+from .errors import PeerTimeoutError
+from .failures import lowest_error, portable, rebuild, union
+from .settings import EXIT_TIMEOUT, check_settings, default_on_error, exit_timeout, timeout
+from .waiting import wait_until
 
 __all__ = ["collective", "abort_job", "agree", "allgather", "release_comms", "check_settings", "exit_timeout",
            "default_on_error", "messages_sent", "tree", "EXIT_TIMEOUT"]
@@ -46,41 +45,7 @@ _PARKED_COMMS: list = []
 # contexts per process; a failed Reader parks up to four communicators.
 _PARK_LIMIT = 256
 
-# How long ranks that raised inside ``with Reader`` wait for each other before
-# a lone failure is handled by on_error (at most LMDBIO_TIMEOUT).
-EXIT_TIMEOUT = 10.0
-
 _SENT = [0]   # point-to-point messages this process sent in rounds (messages_sent())
-
-
-def exit_timeout() -> float:
-    """``LMDBIO_EXIT_TIMEOUT`` in seconds (default :data:`EXIT_TIMEOUT`, at most LMDBIO_TIMEOUT)."""
-    raw = os.environ.get("LMDBIO_EXIT_TIMEOUT", "").strip()
-    try:
-        value = float(raw) if raw else EXIT_TIMEOUT
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ConfigurationError(f"LMDBIO_EXIT_TIMEOUT must be a positive number of seconds, "
-                                 f"got {raw!r}; unset it for the default ({EXIT_TIMEOUT:g} s)")
-    return min(max(value, 0.1), timeout())
-
-
-def default_on_error() -> str:
-    return os.environ.get("LMDBIO_ON_ERROR", "").strip().lower() or "abort"
-
-
-def check_settings(on_error: str) -> None:
-    """Check the environment settings a Reader reads later (at a timeout, at close), now.
-
-    Raises ConfigurationError naming the variable, so a bad value fails the
-    construction on every rank instead of surfacing at close().
-    """
-    timeout()
-    exit_timeout()
-    if on_error not in ("abort", "raise"):
-        where = " (from LMDBIO_ON_ERROR)" if os.environ.get("LMDBIO_ON_ERROR", "").strip() else ""
-        raise ConfigurationError(f"on_error must be 'abort' or 'raise', got {on_error!r}{where}")
 
 
 def _own_steps(comm) -> bool:
@@ -363,10 +328,6 @@ def _prune() -> None:
 
 
 # --------------------------------------------------------------------------- the three uses
-def _union(a: list, b: list) -> list:
-    return sorted(set(a) | set(b))
-
-
 def agree(comm, failed: bool, limit: float) -> tuple[bool, list[int], list[int]]:
     """Find out within ``limit`` seconds whether every rank of ``comm`` came, and which failed.
 
@@ -384,37 +345,8 @@ def agree(comm, failed: bool, limit: float) -> tuple[bool, list[int], list[int]]
     me = comm.rank
     if comm.size == 1:
         return True, [0] if failed else [], []
-    out = _round(comm, tags.AGREE, [me] if failed else [], _union, limit)
-    return out.complete, _union(out.value, [me] if failed else []), out.missing
-
-
-def _lowest_error(a, b):
-    """Combine (failed ranks, (rank, type, type name, message) of the lowest failing rank)."""
-    errs = [e for e in (a[1], b[1]) if e is not None]
-    return _union(a[0], b[0]), min(errs, key=lambda e: e[0]) if errs else None
-
-
-def _portable(rank: int, err: BaseException) -> tuple:
-    """``err`` as a message: its type travels when it can be unpickled elsewhere."""
-    etype = type(err)
-    try:
-        if pickle.loads(pickle.dumps(etype)) is not etype:
-            etype = None
-    except Exception:  # noqa: BLE001 - a local class: only its name travels
-        etype = None
-    return rank, etype, type(err).__name__, str(err)
-
-
-def _rebuild(r: int, etype, name: str, msg: str) -> BaseException:
-    """Rank ``r``'s error on this rank; its message names rank ``r`` once."""
-    # Many of our messages already start with their rank ("rank 0 (reader): ...").
-    named = re.match(rf"rank {r}\b", msg) is not None
-    if etype is not None:
-        try:
-            return etype(msg if named else f"rank {r}: {msg}")
-        except Exception:  # noqa: BLE001 - a type that takes other arguments
-            pass
-    return LmdbioError(f"rank {r}: {name}: {msg}")
+    out = _round(comm, tags.AGREE, [me] if failed else [], union, limit)
+    return out.complete, union(out.value, [me] if failed else []), out.missing
 
 
 def _not_come(comm, out: _Outcome, what: str, limit: float) -> PeerTimeoutError:
@@ -422,13 +354,15 @@ def _not_come(comm, out: _Outcome, what: str, limit: float) -> PeerTimeoutError:
     if me in out.missing:
         return PeerTimeoutError(
             f"rank {me}: reached {what} after the other ranks had given up waiting for it "
-            f"({limit:g} s, LMDBIO_TIMEOUT): this rank was slower than the others by that long")
+            f"({limit:g} s, LMDBIO_TIMEOUT): this rank was slower than the others by that long",
+            missing=[me], limit=limit)
     return PeerTimeoutError(
         f"rank {me}: rank(s) {out.missing} did not come to {what}: this rank waited "
         f"{out.waited:.1f} s of the {limit:g} s limit (LMDBIO_TIMEOUT; the ranks give up "
         "before it, so that every rank hears who is missing within it): they stopped (an error "
         "outside lmdbio, an early break, a debugger) or exited. Every rank must take the same "
-        "collective steps (constructing the Reader, each epoch(), close()) in the same order")
+        "collective steps (constructing the Reader, each epoch(), close()) in the same order",
+        missing=out.missing, limit=limit)
 
 
 def collective(comm, fn: Callable, *args, **kwargs):
@@ -454,7 +388,7 @@ def collective(comm, fn: Callable, *args, **kwargs):
     # happens: a later step on this communicator is not mistaken for this one.
     st = _state(comm)
     seq = _next_seq(st, tags.COLLECTIVE), _next_seq(st, tags.COLLECTIVE)
-    arrived = _round(comm, tags.COLLECTIVE, nothing, _lowest_error, limit, seq[0])
+    arrived = _round(comm, tags.COLLECTIVE, nothing, lowest_error, limit, seq[0])
     if not arrived.complete:
         raise _not_come(comm, arrived, what, limit)
     me = comm.rank
@@ -462,8 +396,8 @@ def collective(comm, fn: Callable, *args, **kwargs):
         result, err = fn(*args, **kwargs), None
     except BaseException as exc:  # whatever it is (Ctrl-C too), it must not strand the other ranks
         result, err = None, exc
-    mine = nothing if err is None else ([me], _portable(me, err))
-    out = _round(comm, tags.COLLECTIVE, mine, _lowest_error, limit, seq[1])
+    mine = nothing if err is None else ([me], portable(me, err))
+    out = _round(comm, tags.COLLECTIVE, mine, lowest_error, limit, seq[1])
     if not out.complete:
         if err is not None:
             raise err
@@ -472,7 +406,7 @@ def collective(comm, fn: Callable, *args, **kwargs):
     if failure is not None:
         if err is not None and failure[0] == me:
             raise err
-        raise _rebuild(*failure)
+        raise rebuild(*failure)
     return result
 
 

@@ -29,6 +29,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable
 
 from .errors import ConfigurationError, PeerTimeoutError
+from .failures import lowest_error, portable, rebuild
 from .waiting import timeout
 
 __all__ = ["Comm", "MPIComm", "TorchComm", "as_comm", "launched_by_mpi", "PER_RANK_HINT"]
@@ -328,12 +329,12 @@ class TorchComm(Comm):
                 f"rank {self.rank}: rank 0 did not let this rank pass {what} within {limit:g} s "
                 "(LMDBIO_TIMEOUT): rank 0 or another rank stopped (rank 0's error names it). "
                 "Every rank must take the same collective steps (constructing the Reader, each "
-                "epoch(), close()) in the same order")
+                "epoch(), close()) in the same order", missing=[0], limit=limit)
         return PeerTimeoutError(
             f"rank {self.rank}: rank(s) {missing} did not come to {what} within {limit:g} s "
             "(LMDBIO_TIMEOUT): they stopped (an error outside lmdbio, an early break, a "
             "debugger) or exited. Every rank must take the same collective steps (constructing "
-            "the Reader, each epoch(), close()) in the same order")
+            "the Reader, each epoch(), close()) in the same order", missing=missing, limit=limit)
 
     def barrier(self, limit=None, what="a barrier"):
         limit = timeout() if limit is None else limit
@@ -348,8 +349,6 @@ class TorchComm(Comm):
         return self.allgather(value)
 
     def collective(self, fn, *args, **kwargs):
-        from .collective import _lowest_error, _portable, _rebuild
-
         if self.size == 1:
             return fn(*args, **kwargs)
         limit = timeout()
@@ -366,12 +365,12 @@ class TorchComm(Comm):
             if err is not None:
                 raise err
             raise self._not_come(missing, f"the end of {what}", limit)
-        mine = ([], None) if err is None else ([self.rank], _portable(self.rank, err))
-        failure = functools.reduce(_lowest_error, self.allgather(mine))[1]
+        mine = ([], None) if err is None else ([self.rank], portable(self.rank, err))
+        failure = functools.reduce(lowest_error, self.allgather(mine))[1]
         if failure is not None:
             if err is not None and failure[0] == self.rank:
                 raise err
-            raise _rebuild(*failure)
+            raise rebuild(*failure)
         return result
 
     def agree(self, failed, limit):

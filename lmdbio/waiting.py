@@ -24,27 +24,11 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import ConfigurationError, LmdbioError, PeerTimeoutError
+from .errors import LmdbioError, PeerTimeoutError
+from .settings import DEFAULT_TIMEOUT, timeout
 
 __all__ = ["wait_until", "wait_request", "polite_barrier", "wait_word", "wake_word", "word_address",
            "HAVE_FUTEX", "timeout", "DEFAULT_TIMEOUT"]
-
-DEFAULT_TIMEOUT = 120.0
-
-
-def timeout() -> float:
-    """Seconds a rank waits for a peer before giving up: ``$LMDBIO_TIMEOUT`` or 120."""
-    raw = os.environ.get("LMDBIO_TIMEOUT", "").strip()
-    if not raw:
-        return DEFAULT_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ConfigurationError(f"LMDBIO_TIMEOUT must be a positive number of seconds, got {raw!r}")
-    return value
-
 
 _DEFAULT = object()   # "use timeout()" (None means: wait without a bound)
 
@@ -89,11 +73,14 @@ def _limit(value) -> float | None:
     return timeout() if value is _DEFAULT else value
 
 
-def _timed_out(what: str, limit: float) -> PeerTimeoutError:
+def _timed_out(what, limit: float, who=()) -> PeerTimeoutError:
+    """The error of a wait given up: ``what`` (text, or a function making it) names the peer
+    in words, ``who`` (ranks, or a function giving them) is :attr:`PeerTimeoutError.missing`."""
     return PeerTimeoutError(
-        f"{what} within {limit:g} s (LMDBIO_TIMEOUT); that rank stopped calling read_batch() "
-        "(uneven loop counts, an early break), failed or exited. Every rank must call "
-        "read_batch() the same number of times, then close()")
+        f"{what() if callable(what) else what} within {limit:g} s (LMDBIO_TIMEOUT); that rank "
+        "stopped calling read_batch() (uneven loop counts, an early break), failed or exited. "
+        "Every rank must call read_batch() the same number of times, then close()",
+        missing=who() if callable(who) else who, limit=limit)
 
 
 def word_address(arr: np.ndarray, i: int) -> int:
@@ -104,7 +91,8 @@ def word_address(arr: np.ndarray, i: int) -> int:
 def wait_word(arr: np.ndarray, i: int, ready: Callable[[int], bool],
               sleeping: tuple[np.ndarray, int] | None = None,
               fence: Callable[[], None] | None = None, addr: int | None = None,
-              limit=_DEFAULT, what: str | Callable[[], str] = "a peer did not answer") -> int:
+              limit=_DEFAULT, what: str | Callable[[], str] = "a peer did not answer",
+              who=()) -> int:
     """Wait until ``ready(arr[i])``; sleeps in the kernel on the word's low 32 bits.
 
     ``arr`` is an int64 array in shared memory. Whoever changes ``arr[i]``
@@ -115,7 +103,8 @@ def wait_word(arr: np.ndarray, i: int, ready: Callable[[int], bool],
     word's :func:`word_address` when the caller has it. Returns the value
     that satisfied ``ready``. After ``limit`` seconds (default :func:`timeout`,
     None for no bound) it raises PeerTimeoutError with ``what`` (a string or
-    a function making one) at the front of the message.
+    a function making one) at the front of the message and ``who`` (the ranks
+    waited for, or a function giving them) as its ``missing``.
     """
     for _ in range(_SPINS):
         v = int(arr[i])
@@ -124,7 +113,7 @@ def wait_word(arr: np.ndarray, i: int, ready: Callable[[int], bool],
     limit = _limit(limit)
     if not HAVE_FUTEX:
         if not wait_until(lambda: ready(int(arr[i])), limit):
-            raise _timed_out(what() if callable(what) else what, limit)
+            raise _timed_out(what, limit, who)
         return int(arr[i])
     deadline = None if limit is None else time.monotonic() + limit
     addr = ctypes.c_void_p(word_address(arr, i) if addr is None else addr)
@@ -140,7 +129,7 @@ def wait_word(arr: np.ndarray, i: int, ready: Callable[[int], bool],
             if ready(v):
                 return v
             if deadline is not None and time.monotonic() >= deadline:
-                raise _timed_out(what() if callable(what) else what, limit)
+                raise _timed_out(what, limit, who)
             # Sleeps only while the word still holds v (no lost wake-up).
             rc = _syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, ctypes.c_int32(v & 0xFFFFFFFF).value,
                           tout, None, 0)
@@ -169,11 +158,12 @@ def _check_futex(err: int, op: str) -> None:
                           f"({os.strerror(err)}); the shared-memory hand-off cannot go on")
 
 
-def wait_request(req, limit=_DEFAULT, what: str = "a peer did not answer"):
+def wait_request(req, limit=_DEFAULT, what: str = "a peer did not answer", who=()):
     """Complete an mpi4py request (``isend``/``irecv``/``Ibarrier``) politely; returns its message.
 
     After ``limit`` seconds (default :func:`timeout`; None waits for ever) it
-    cancels the request where MPI can (receives) and raises PeerTimeoutError.
+    cancels the request where MPI can (receives) and raises PeerTimeoutError
+    (``who``: the ranks waited for, its ``missing``).
     """
     result = [None]
 
@@ -189,7 +179,7 @@ def wait_request(req, limit=_DEFAULT, what: str = "a peer did not answer"):
             req.Cancel()
         except Exception:  # noqa: BLE001 - some requests cannot be cancelled; we leave it anyway
             pass
-        raise _timed_out(what, limit)
+        raise _timed_out(what, limit, who)
     return result[0]
 
 

@@ -82,6 +82,8 @@ def test_a_failing_step_raises_the_lowest_failure_on_every_rank(tmp_path):
         by = dict(l.split(": ", 1) for l in mine)
         assert by["one"].startswith("ValueError: ") and "bad on two" in by["one"], mine
         assert by["two"].startswith("ConfigurationError: ") and "bad on one" in by["two"], mine
+        # The error's fields travel with it (callers test fields, not text).
+        assert by["two fields"] == "{'option': 'batch_size'}", mine
         local = "Local: " if r == 1 else "LmdbioError: rank 1: Local: "
         assert by["local"].startswith(local) and "only rank 1" in by["local"], mine
         assert by["fine"] == f"returned {r * 10}", mine
@@ -99,6 +101,8 @@ def test_a_step_a_rank_never_comes_to_names_it_within_the_timeout(tmp_path):
     for r in range(3):
         line = next(l for l in got if l.startswith(f"rank {r}: missing: "))
         assert "PeerTimeoutError" in line and "rank(s) [3] did not come" in line, got
+        fields = next(l for l in got if l.startswith(f"rank {r}: missing fields: "))
+        assert fields.endswith("{'missing': (3,), 'limit': 2.0}"), fields
         took = float(next(l for l in got if l.startswith(f"rank {r}: took")).split()[3])
         assert took <= 2 + 1, got
         # F25: the message says how long this rank waited, not the limit as if it had waited it.
@@ -106,6 +110,7 @@ def test_a_step_a_rank_never_comes_to_names_it_within_the_timeout(tmp_path):
         assert 0 < waited <= min(took, 2) + 0.1, (waited, took, line)
     late = next(l for l in got if l.startswith("rank 3: missing: "))
     assert "PeerTimeoutError" in late and "after the other ranks had given up" in late, got
+    assert "rank 3: missing fields: {'missing': (3,), 'limit': 2.0}" in got, got
     # The communicator is still usable: the late messages are not taken for the next step.
     for r in range(4):
         assert f"rank {r}: after: returned {r}" in got, got

@@ -37,6 +37,8 @@ def step(name: str, fn) -> None:
         say(f"{name}: returned {collective(comm, fn)!r}")
     except Exception as exc:  # noqa: BLE001 - what each rank got is the result
         say(f"{name}: {type(exc).__name__}: {exc}")
+        fields = {k: getattr(exc, k) for k in ("option", "missing", "limit") if hasattr(exc, k)}
+        say(f"{name} fields: {fields!r}")
 
 
 def fail_on(ranks: dict):
@@ -49,7 +51,8 @@ def fail_on(ranks: dict):
 
 if mode == "errors":
     step("one", fail_on({2: ValueError("bad on two")}))
-    step("two", fail_on({3: KeyError("three"), 1: ConfigurationError("bad on one")}))
+    step("two", fail_on({3: KeyError("three"),
+                         1: ConfigurationError("bad on one", option="batch_size")}))
 
     def local_error():
         class Local(Exception):
