@@ -8,36 +8,36 @@ from dataclasses import dataclass
 from .errors import ConfigurationError
 
 __all__ = ["VARIANTS", "EXTRA_VARIANTS", "Options", "parse_variant", "choose_auto",
-           "filesystem_type", "check_batch_size", "resolve_variant"]
+           "filesystem_type", "check_batch_size", "resolve_variant", "DEFAULT_COALESCE_BYTES"]
 
-VARIANTS = (
-    "lmdb",
-    "lmdbio-lmm",
-    "lmdbio-lmm-dm",
-    "lmdbio-lmm-dio",
-    "lmdbio-lmm-dio-prov",
-    "lmdbio-lmm-dio-prov-coal",
-    "lmdbio-lmm-dio-prov-coal-stag",
-)
+from . import registry
+from .stages import DEFAULT_COALESCE_BYTES
+
+#: The papers' seven series: the baseline, then each optimization on the ones before it
+#: (:func:`lmdbio.registry.series`).
+VARIANTS = registry.series()
 
 #: Variants beyond the papers: the PyTorch-Dataset way of reading LMDB (``lmdb-get``:
 #: every rank ``txn.get``s its own keys), every rank ``pread``-ing its own records
 #: (``lmdbio-direct``), and ``auto``, which picks by file system (see :func:`choose_auto`).
-EXTRA_VARIANTS = ("lmdb-get", "lmdbio-direct", "auto")
+EXTRA_VARIANTS = registry.variants()[len(VARIANTS):] + ("auto",)
 
-LOCATES = ("walk", "ring", "index", "provenance", "prov-or-index", "key")
-FETCHES = ("mmap", "pread")
+LOCATES = tuple(s.value for s in registry.stages("locator"))
+FETCHES = tuple(s.value for s in registry.stages("fetcher"))
 
 
 @dataclass(frozen=True)
 class Options:
     """How a Reader locates, fetches and hands out records.
 
+    Which values go together, and the variant name they make, come from the
+    stage registry (:mod:`lmdbio.registry`, the stages in :mod:`lmdbio.stages`).
+
     Attributes:
         localized: LMM. Readers per node read for their group and share the
             records through MPI-3 shared memory. False: every rank reads its
-            own records (:class:`lmdbio.pipeline.distribute.Private`): Caffe's cursor walk (``lmdb``),
-            ``txn.get`` per key (``lmdb-get``: locate ``key``) or direct
+            own records (:class:`lmdbio.pipeline.distribute.Private`): Caffe's cursor
+            walk (``lmdb``), ``txn.get`` per key (``lmdb-get``: locate ``key``) or direct
             reads (``lmdbio-direct``: locate ``prov-or-index``, fetch
             ``pread``, coalescing a rank's own batches).
         locate: how a reader finds its records: ``walk`` (cursor ``next()``
@@ -50,7 +50,8 @@ class Options:
             current and passes every rank's check, else the record index.
         fetch: ``mmap`` (copy values out of LMDB's map) or ``pread``
             (DIO: explicit reads straight into shared memory).
-        speculative: DM. Ask the kernel for the predicted pages before the walk.
+        speculative: DM. Ask the kernel for the predicted pages before the walk
+            (with ``locate='ring'``).
         coalesce_bytes: COAL. Read about this many bytes (several batches)
             per request; 0 turns it off.
         stagger_size: STAG. Readers per stagger group; 0 turns it off,
@@ -67,41 +68,9 @@ class Options:
     def __post_init__(self):
         _check_size("coalesce_bytes", self.coalesce_bytes, none=False)
         _check_size("stagger_size", self.stagger_size, none=True)
-        if self.locate not in LOCATES:
-            raise ConfigurationError(f"locate must be one of {LOCATES}, got {self.locate!r}")
-        if self.fetch not in FETCHES:
-            raise ConfigurationError(f"fetch must be one of {FETCHES}, got {self.fetch!r}")
-        pread_locates = ("index", "provenance", "prov-or-index")
-        if self.fetch == "pread" and self.locate not in pread_locates:
-            raise ConfigurationError(
-                f"direct reads (fetch='pread') need byte extents: locate must be 'index', "
-                f"'provenance' or 'prov-or-index', not {self.locate!r}")
-        if self.fetch == "mmap" and self.locate in pread_locates:
-            raise ConfigurationError(
-                f"locate={self.locate!r} gives byte extents for direct reads; use fetch='pread' "
-                "(DIO) with it")
-        if self.speculative and self.fetch != "mmap":
-            raise ConfigurationError("speculative page prefetch (DM) applies to mmap reads only")
-        if self.coalesce_bytes and self.fetch != "pread":
-            raise ConfigurationError("I/O coalescing (COAL) needs direct reads (DIO): set fetch='pread'")
-        if self.locate == "key" and (self.localized or self.fetch != "mmap"):
-            raise ConfigurationError("locate='key' (txn.get per record) is the per-rank lmdb-get "
-                                     "pattern: use localized=False, fetch='mmap'")
-        if self.localized and self.locate == "prov-or-index":
-            raise ConfigurationError("locate='prov-or-index' is lmdbio-direct's per-rank locator "
-                                     "(localized=False); node readers locate with 'index' (DIO) "
-                                     "or 'provenance' (PROV)")
-        if not self.localized and self.locate in ("index", "provenance"):
-            raise ConfigurationError(
-                f"per-rank direct reads (localized=False) locate with 'prov-or-index' "
-                f"(lmdbio-direct: the sidecar where current, else the index), not {self.locate!r}; "
-                "locate='index' and 'provenance' are node readers' (localized=True)")
-        if not self.localized and (self.locate == "ring" or self.speculative or self.stagger_size):
-            raise ConfigurationError(
-                "per-rank reading (localized=False: the lmdb and lmdb-get baselines, lmdbio-direct) "
-                "has no cursor ring, speculation or staggering; those need localized readers (LMM)")
-        if not self.localized and self.coalesce_bytes and self.fetch != "pread":
-            raise ConfigurationError("coalescing needs direct reads (fetch='pread')")
+        wrong = registry.problems(self)
+        if wrong:
+            raise ConfigurationError(wrong[0])
 
     @property
     def staggered(self) -> bool:
@@ -110,84 +79,51 @@ class Options:
     @property
     def name(self) -> str:
         """The paper's name for these options, or a descriptive one."""
-        if not self.localized:
-            return {"walk": "lmdb", "key": "lmdb-get", "prov-or-index": "lmdbio-direct"}[self.locate]
-        parts = ["lmdbio", "lmm"]
-        if self.locate == "ring":
-            parts.append("dm")
-        if self.fetch == "pread":
-            parts.append("dio")
-        if self.locate == "provenance":
-            parts.append("prov")
-        if self.coalesce_bytes:
-            parts.append("coal")
-        if self.staggered:
-            parts.append("stag")
-        return "-".join(parts)
-
-
-DEFAULT_COALESCE_BYTES = 4 << 20
-
-_TAGS = ("lmm", "dm", "dio", "prov", "coal", "stag")
+        return registry.name_of(self)
 
 
 def parse_variant(name: str, *, coalesce_bytes: int | None = None,
                   stagger_size: int | None = None) -> Options:
     """Options for a paper variant name (case-insensitive), e.g. ``LMDBIO-LMM-DIO-PROV``.
 
-    Any combination of the tags lmm, dm, dio, prov, coal, stag after
-    ``lmdbio`` parses; impossible ones raise ConfigurationError.
+    Any combination of the registry's tags (lmm, dm, dio, prov, coal, stag) after
+    ``lmdbio`` that its stages allow parses; others raise ConfigurationError
+    saying which tag to add or drop. A name turns on every switch its tags
+    name: ``coalesce_bytes`` (default 4 MiB) and ``stagger_size`` (default
+    half the readers) size them.
     """
+    known = ", ".join(registry.variants() + ("auto",))
     if not isinstance(name, str):
-        raise ConfigurationError(f"variant must be a string (one of "
-                                 f"{', '.join(VARIANTS + EXTRA_VARIANTS)}), got {name!r} "
+        raise ConfigurationError(f"variant must be a string (one of {known}), got {name!r} "
                                  f"(a {type(name).__name__})")
     # Checked whether or not the variant uses them, so a bad value never passes unseen.
     _check_size("coalesce_bytes", coalesce_bytes, none=True)
     _check_size("stagger_size", stagger_size, none=True)
     key = name.strip().lower()
-    if coalesce_bytes == 0 and ("coal" in key.split("-") or key == "lmdbio-direct"):
-        raise ConfigurationError(
-            f"variant {name!r} with coalesce_bytes=0: a COAL variant reads at least one batch per "
-            "request; give a positive target in bytes (coalesce_bytes=1 reads one batch per "
-            "request), leave it None for the default, or name the variant without '-coal'")
-    if key == "lmdb":
-        return Options(localized=False)
-    if key == "lmdb-get":
-        return Options(localized=False, locate="key")
-    if key == "lmdbio-direct":
-        return Options(localized=False, locate="prov-or-index", fetch="pread",
-                       coalesce_bytes=coalesce_bytes or DEFAULT_COALESCE_BYTES)
     if key == "auto":
-        raise ConfigurationError("variant 'auto' is chosen per file system when the Reader opens "
-                                 "the database (lmdbio.options.choose_auto); it has no fixed Options")
-    parts = key.split("-")
-    if parts[0] != "lmdbio" or len(parts) < 2 or any(p not in _TAGS for p in parts[1:]) \
-            or len(set(parts[1:])) != len(parts) - 1:
-        raise ConfigurationError(
-            f"unknown variant {name!r}; use one of {', '.join(VARIANTS + EXTRA_VARIANTS)} "
-            f"(or 'lmdbio-' followed by tags from {', '.join(_TAGS)})")
-    tags = set(parts[1:])
-    if "lmm" not in tags:
-        raise ConfigurationError(f"variant {name!r}: every LMDBIO variant builds on LMM ('lmdbio-lmm-...')")
-    if "dm" in tags and "dio" in tags:
-        raise ConfigurationError(
-            f"variant {name!r}: DM's cursor ring works on mmap reads; with DIO the extents come "
-            "from the index, so drop 'dm'")
-    if "prov" in tags and "dio" not in tags:
-        raise ConfigurationError(f"variant {name!r}: PROV computes extents for direct reads; add 'dio'")
-    if "coal" in tags and "dio" not in tags:
-        raise ConfigurationError(f"variant {name!r}: COAL coalesces direct reads; add 'dio'")
-    opts = Options(
-        localized=True,
-        locate="provenance" if "prov" in tags else "index" if "dio" in tags
-        else "ring" if "dm" in tags else "walk",
-        fetch="pread" if ("dio" in tags or "prov" in tags) else "mmap",
-        speculative="dm" in tags and "dio" not in tags,
-        coalesce_bytes=(coalesce_bytes or DEFAULT_COALESCE_BYTES) if "coal" in tags else 0,
-        stagger_size=(stagger_size or None) if "stag" in tags else 0,
-    )
-    return opts
+        raise ConfigurationError("variant 'auto' is chosen per file system when the Reader "
+                                 "opens the database (lmdbio.options.choose_auto); it has no "
+                                 "fixed Options")
+    fields = registry.named().get(key)
+    if fields is None:
+        tags = [o.tag for o in registry.optimizations()]
+        parts = key.split("-")
+        if parts[0] != "lmdbio" or len(parts) < 2 or any(p not in tags for p in parts[1:]) \
+                or len(set(parts[1:])) != len(parts) - 1:
+            raise ConfigurationError(f"unknown variant {name!r}; use one of {known} "
+                                     f"(or 'lmdbio-' followed by tags from {', '.join(tags)})")
+        raise ConfigurationError(registry.tag_problem(name, tuple(parts[1:])))
+    fields = dict(fields)
+    if fields["coalesce_bytes"]:
+        if coalesce_bytes == 0:
+            raise ConfigurationError(
+                f"variant {name!r} with coalesce_bytes=0: a COAL variant reads at least one batch "
+                "per request; give a positive target in bytes (coalesce_bytes=1 reads one batch "
+                "per request), leave it None for the default, or name the variant without '-coal'")
+        fields["coalesce_bytes"] = coalesce_bytes or fields["coalesce_bytes"]
+    if fields["stagger_size"] != 0:
+        fields["stagger_size"] = stagger_size or None
+    return Options(**fields)
 
 
 # --------------------------------------------------------------------------- variant="auto"
@@ -288,7 +224,8 @@ def resolve_variant(variant, options: Options | None, path, *, chooser: bool = T
         if not chooser:
             return None, ("", "")
         auto = choose_auto(path)
-        return parse_variant(auto[0], coalesce_bytes=coalesce_bytes, stagger_size=stagger_size), auto
+        opts = parse_variant(auto[0], coalesce_bytes=coalesce_bytes, stagger_size=stagger_size)
+        return opts, auto
     opts = options if options is not None else parse_variant(
         variant, coalesce_bytes=coalesce_bytes, stagger_size=stagger_size)
     if not isinstance(opts, Options):

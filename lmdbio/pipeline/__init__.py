@@ -34,63 +34,50 @@ extents (``windowed``) reads through :class:`~.window.Window`; prefetch needs
 a distributor whose reads send no messages (``collective_free``, or MPI with
 threads) and keeps extra chunks valid (``extra_slots``).
 
-:data:`VARIANT_STAGES` names the stages of every named variant. Adding a
-variant means adding a stage class or a row to the tables below.
+:data:`VARIANT_STAGES` names the stages of every named variant. Which stages
+go together, the tables below and the variant names all come from the stage
+registry (:mod:`lmdbio.registry`; the stages in :mod:`lmdbio.stages`): adding
+an optimization is a stage class and one registration (docs/reader.md, "How
+to add an optimization").
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping
 
 from ..batch import Batch
 from ..collective import collective
-from ..options import EXTRA_VARIANTS, VARIANTS, Options, parse_variant
+from .. import registry
+from ..options import EXTRA_VARIANTS, VARIANTS, Options
 from ..plan import EpochSchedule, Stream, slot_bytes, stream_block
-from ..shuffle import record_windows
 from .coalesce import Coalesce
 from ..errors import ConfigurationError
-from .distribute import NodeGroup, Private, PrivateSlots
-from .epoch import EpochPlan, EpochRows, default_block, epoch_rows
-from .fetch import MmapCopy, Preadv
-from .index import Index
+from .epoch import EpochPlan, EpochRows, epoch_rows
 from .prefetch import Prefetch, check_prefetch
-from .key import Key
-from .prov import Prov, ProvOrIndex
-from .ring import Ring
 from .iteration import Iteration
 from .stage import Abilities, Distributor, Extents, Fetcher, Locator, Views
 from .stagger import NoStagger, Stagger
-from .walk import Walk
 from .window import NoWindow, Window
 
-__all__ = ["Pipeline", "Iteration", "Abilities", "VARIANT_STAGES", "EpochPlan", "EpochRows", "epoch_rows", "shuffles",
-           "stage_names", "LOCATORS", "FETCHERS", "DISTRIBUTORS",
+__all__ = ["Pipeline", "Iteration", "Abilities", "VARIANT_STAGES", "EpochPlan", "EpochRows",
+           "epoch_rows", "shuffles", "stage_names", "LOCATORS", "FETCHERS", "DISTRIBUTORS",
            "Locator", "Fetcher", "Distributor", "Views", "Extents"]
 
+# The stage tables, derived from the stage registry (lmdbio/stages.py) and live with it.
 #: (localized, locate) -> Locator
-LOCATORS: dict[tuple[bool, str], type[Locator]] = {
-    (False, "walk"): Walk, (True, "walk"): Walk,
-    (True, "ring"): Ring,
-    (True, "index"): Index, (True, "provenance"): Prov,
-    (False, "prov-or-index"): ProvOrIndex,
-    (False, "key"): Key,
-}
+LOCATORS: Mapping[tuple[bool, str], type[Locator]] = registry.StageTable("locator",
+                                                                         ("localized", "locate"))
 #: fetch -> Fetcher
-FETCHERS: dict[str, type[Fetcher]] = {"mmap": MmapCopy, "pread": Preadv}
+FETCHERS: Mapping[str, type[Fetcher]] = registry.StageTable("fetcher", ("fetch",))
 #: (localized, fetch) -> Distributor
-DISTRIBUTORS: dict[tuple[bool, str], type[Distributor]] = {
-    (False, "mmap"): Private, (False, "pread"): PrivateSlots,
-    (True, "mmap"): NodeGroup, (True, "pread"): NodeGroup,
-}
+DISTRIBUTORS: Mapping[tuple[bool, str], type[Distributor]] = registry.StageTable(
+    "distributor", ("localized", "fetch"))
 
 
 def stage_names(options: Options) -> tuple[str, ...]:
     """The stages ``options`` reads with, by name: locator, fetcher, distributor, then the
     optional coalesce and stagger."""
-    o = options
-    locate = LOCATORS[(o.localized, o.locate)].name + ("+speculate" if o.speculative else "")
-    return ((locate, FETCHERS[o.fetch].name, DISTRIBUTORS[(o.localized, o.fetch)].name)
-            + (("coalesce",) if o.coalesce_bytes else ()) + (("stagger",) if o.staggered else ()))
+    return registry.stage_names(options)
 
 
 def shuffles(options: Options) -> bool:
@@ -100,7 +87,7 @@ def shuffles(options: Options) -> bool:
 
 #: Every named variant (the papers' seven, lmdb-get, lmdbio-direct) -> its stages.
 VARIANT_STAGES: dict[str, tuple[str, ...]] = {
-    name: stage_names(parse_variant(name)) for name in VARIANTS + EXTRA_VARIANTS if name != "auto"}
+    name: registry.variant_stages(name) for name in VARIANTS + EXTRA_VARIANTS if name != "auto"}
 
 
 class Pipeline:
@@ -122,8 +109,7 @@ class Pipeline:
                                      "ahead; use prefetch=0")
         self.epochs = epochs if epochs is not None else EpochPlan()
         if self.epochs.shuffle and not shuffles(o):
-            able = ", ".join(n for n in VARIANTS + EXTRA_VARIANTS
-                             if n != "auto" and shuffles(parse_variant(n)))
+            able = ", ".join(n for n in registry.variants() if not registry.is_cursor_walk(n))
             raise ConfigurationError(
                 f"variant {o.name!r} locates records by walking a cursor forward, which cannot "
                 f"serve a shuffled epoch without walking the file once per chunk; use a variant "
@@ -165,7 +151,7 @@ class Pipeline:
         """Once the snapshot (``n`` records) is agreed: size chunks, let the locator build its
         tables, join the turns and allocate the buffers. Collective; returns ``k``."""
         d = self.distributor
-        k = self.coalescer.batches(d.count * mean_size, n // batch_size)
+        k = self.coalescer.agreed(self.comm, d.count * mean_size, n // batch_size)   # one k for all
         self.stream = Stream(n, batch_size, d.lo, d.count, k)
         self.locator.setup(self.comm, d.readers, self.stream, row)
         if self.options.staggered and self.is_reader:
@@ -173,8 +159,7 @@ class Pipeline:
         # Collective: a group that cannot allocate its slots (no room in /dev/shm) raises on
         # every rank, not only on its own.
         collective(self.comm, d.setup, self.stream, slot_bytes(d.count * k, mean_size))
-        if self.epochs.block is None:
-            self.epochs = replace(self.epochs, block=default_block(n, batch_size, mean_size))
+        self.epochs = self.epochs.with_block(n, batch_size, mean_size)
         return k
 
     # -- epochs
@@ -190,9 +175,9 @@ class Pipeline:
             self._all_positions = True
         self.window.close()
         self.window = NoWindow()
-        if self.epochs.shuffle and self.locator.abilities.windowed and self.is_reader:
-            plan = self.epochs
-            windows = record_windows(base.n, plan.block, plan.window, plan.seed, epoch)
+        windows = (self.epochs.windows(base.n, epoch)
+                   if self.locator.abilities.windowed and self.is_reader else None)
+        if windows is not None:
             self.window = Window(schedule, rows, self.per_rank, windows)
         return rows, schedule
 

@@ -3,6 +3,8 @@
 A reader's chunk goes Locator -> (Stagger) -> Fetcher -> Distributor. Each
 stage owns the handles it opens (read transaction, cursor, file descriptor,
 shared memory) and closes them; stages talk through these methods only.
+Each stage class is registered once, with what it provides and needs, in
+:mod:`lmdbio.stages` (the registry: :mod:`lmdbio.registry`).
 """
 
 from __future__ import annotations
