@@ -70,7 +70,7 @@ class Options:
         _check_size("stagger_size", self.stagger_size, none=True)
         wrong = registry.problems(self)
         if wrong:
-            raise ConfigurationError(wrong[0])
+            raise ConfigurationError(wrong[0], option="options")
 
     @property
     def staggered(self) -> bool:
@@ -95,7 +95,7 @@ def parse_variant(name: str, *, coalesce_bytes: int | None = None,
     known = ", ".join(registry.variants() + ("auto",))
     if not isinstance(name, str):
         raise ConfigurationError(f"variant must be a string (one of {known}), got {name!r} "
-                                 f"(a {type(name).__name__})")
+                                 f"(a {type(name).__name__})", option="variant")
     # Checked whether or not the variant uses them, so a bad value never passes unseen.
     _check_size("coalesce_bytes", coalesce_bytes, none=True)
     _check_size("stagger_size", stagger_size, none=True)
@@ -103,7 +103,7 @@ def parse_variant(name: str, *, coalesce_bytes: int | None = None,
     if key == "auto":
         raise ConfigurationError("variant 'auto' is chosen per file system when the Reader "
                                  "opens the database (lmdbio.options.choose_auto); it has no "
-                                 "fixed Options")
+                                 "fixed Options", option="variant")
     fields = registry.named().get(key)
     if fields is None:
         tags = [o.tag for o in registry.optimizations()]
@@ -111,15 +111,17 @@ def parse_variant(name: str, *, coalesce_bytes: int | None = None,
         if parts[0] != "lmdbio" or len(parts) < 2 or any(p not in tags for p in parts[1:]) \
                 or len(set(parts[1:])) != len(parts) - 1:
             raise ConfigurationError(f"unknown variant {name!r}; use one of {known} "
-                                     f"(or 'lmdbio-' followed by tags from {', '.join(tags)})")
-        raise ConfigurationError(registry.tag_problem(name, tuple(parts[1:])))
+                                     f"(or 'lmdbio-' followed by tags from {', '.join(tags)})",
+                                     option="variant")
+        raise ConfigurationError(registry.tag_problem(name, tuple(parts[1:])), option="variant")
     fields = dict(fields)
     if fields["coalesce_bytes"]:
         if coalesce_bytes == 0:
             raise ConfigurationError(
                 f"variant {name!r} with coalesce_bytes=0: a COAL variant reads at least one batch "
                 "per request; give a positive target in bytes (coalesce_bytes=1 reads one batch "
-                "per request), leave it None for the default, or name the variant without '-coal'")
+                "per request), leave it None for the default, or name the variant without '-coal'",
+                option="coalesce_bytes")
         fields["coalesce_bytes"] = coalesce_bytes or fields["coalesce_bytes"]
     if fields["stagger_size"] != 0:
         fields["stagger_size"] = stagger_size or None
@@ -199,15 +201,16 @@ def check_batch_size(batch_size, nprocs: int) -> int:
     if isinstance(batch_size, bool) or not hasattr(type(batch_size), "__index__"):
         raise ConfigurationError(f"batch_size must be an integer (positive, a multiple of the rank "
                                  f"count, {nprocs}), got {batch_size!r} (a "
-                                 f"{type(batch_size).__name__})")
+                                 f"{type(batch_size).__name__})", option="batch_size")
     batch_size = operator.index(batch_size)   # int, numpy integers
     if batch_size <= 0:
         raise ConfigurationError(f"batch_size must be positive (an integer, a multiple of the rank "
-                                 f"count, {nprocs}), got {batch_size}")
+                                 f"count, {nprocs}), got {batch_size}", option="batch_size")
     if batch_size % nprocs:
         raise ConfigurationError(
             f"batch_size {batch_size} does not divide among {nprocs} ranks; use a "
-            f"multiple of {nprocs} (e.g. {max(1, batch_size // nprocs) * nprocs})")
+            f"multiple of {nprocs} (e.g. {max(1, batch_size // nprocs) * nprocs})",
+            option="batch_size")
     return batch_size
 
 
@@ -230,7 +233,7 @@ def resolve_variant(variant, options: Options | None, path, *, chooser: bool = T
         variant, coalesce_bytes=coalesce_bytes, stagger_size=stagger_size)
     if not isinstance(opts, Options):
         raise ConfigurationError(f"options must be an lmdbio.Options (or None, to use variant), "
-                                 f"got a {type(opts).__name__}")
+                                 f"got a {type(opts).__name__}", option="options")
     return opts, None
 
 
@@ -240,4 +243,5 @@ def _check_size(name: str, value, *, none: bool) -> None:
         return
     if isinstance(value, bool) or not hasattr(type(value), "__index__") or value < 0:
         also = " or None (the default)" if none else ""
-        raise ConfigurationError(f"{name} must be an integer >= 0{also}, got {value!r}")
+        raise ConfigurationError(f"{name} must be an integer >= 0{also}, got {value!r}",
+                                 option=name)

@@ -204,3 +204,27 @@ def test_coalesce_bytes_zero_on_a_coal_variant_is_refused_not_read_as_the_defaul
             parse_variant(name, coalesce_bytes=0)
     assert parse_variant("lmdbio-lmm-dio-prov-coal", coalesce_bytes=1).coalesce_bytes == 1
     assert parse_variant("lmdbio-lmm-dio-prov", coalesce_bytes=0).coalesce_bytes == 0
+
+
+@pytest.mark.parametrize("call, option", [
+    (lambda: parse_variant("lmdbio-lmm-xyz"), "variant"),
+    (lambda: parse_variant(3), "variant"),
+    (lambda: parse_variant("lmdbio-lmm-dio-coal", coalesce_bytes=0), "coalesce_bytes"),
+    (lambda: parse_variant("lmdbio-lmm", stagger_size=-1), "stagger_size"),
+    (lambda: Options(coalesce_bytes=-2), "coalesce_bytes"),
+    (lambda: Options(locate="key"), "options"),
+])
+def test_a_configuration_error_names_its_option_in_a_field(call, option):
+    """Callers test ``ConfigurationError.option``, not the message's words."""
+    with pytest.raises(ConfigurationError) as raised:
+        call()
+    assert raised.value.option == option
+
+
+def test_batch_size_errors_name_batch_size():
+    from lmdbio.options import check_batch_size
+
+    for bad in (0, 7, "8", True):
+        with pytest.raises(ConfigurationError) as raised:
+            check_batch_size(bad, 4)
+        assert raised.value.option == "batch_size", bad
