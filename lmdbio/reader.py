@@ -3,31 +3,29 @@ collective protocol (arguments and ``auto``, topology, snapshot agreement, bound
 
 from __future__ import annotations
 
-import sys
 import warnings
 
-import numpy as np
-
 from .batch import Batch
-from .collective import (EXIT_TIMEOUT, check_settings, collective, default_on_error, exit_timeout,
-                         release_comms)
+from .closing import Closing
+from .collective import check_settings, collective, default_on_error
 from .comm import PER_RANK_HINT, Comm, as_comm
-from .errors import ConfigurationError, LmdbioError, PeerError, PeerTimeoutError, SnapshotError
+from .errors import ConfigurationError, LmdbioError
 from .format import db_file, read_meta
 from .metrics import PhaseRecorder, totals_snapshot, with_total
 from .options import AUTO_LOCAL, Options, check_batch_size, parse_variant, resolve_variant
 from .pipeline import EpochPlan, Iteration, Pipeline
-from .resume import STATE_VERSION, resume_point, run_state
-from .shuffle import DEFAULT_PARTITIONS, num_batches
+from .pipeline.epoch import plan_of
+from .resume import STATE_VERSION
+from .shuffle import DEFAULT_PARTITIONS
+from .snapshot import agree_snapshot, content_digest
 from .topology import Topology, check_node_args, make_topology
-from .waiting import timeout
 
 __all__ = ["Reader", "Batch", "collective", "STATE_VERSION"]
 
 #: The layout of :meth:`Reader.state_dict`'s dict; a state of another version is refused.
 
 
-class Reader:
+class Reader(Closing):
     """Reads an LMDB from many MPI ranks (or ``torchrun``'s); every variant delivers the same
     records.
 
@@ -41,22 +39,10 @@ class Reader:
     records of its snapshot (``n`` is the snapshot's entry count), or raises
     an LmdbioError on every rank (PROV: a sidecar older than the snapshot).
 
-    Errors and liveness: every setup step is collective, so a setup error on
-    one rank raises on all. Waits for peers are bounded by ``LMDBIO_TIMEOUT``
-    seconds (default 120): a rank that stops calling :meth:`read_batch` (or
-    exits) makes its peers raise :class:`~lmdbio.errors.PeerTimeoutError`
-    naming it, and a rank that fails tells its reader group at once
-    (:class:`~lmdbio.errors.PeerError` there). When an exception (including
-    KeyboardInterrupt) leaves a ``with Reader(...)`` block, the ranks agree,
-    without blocking, for up to ``LMDBIO_EXIT_TIMEOUT`` seconds (default 10)
-    whether every rank is leaving too: if so the Reader closes cleanly and the
-    exception propagates on every rank (ranks that left without an error get
-    PeerError from close()). Only a rank that fails *alone* (the others do not
-    come) acts on ``on_error``: ``"abort"`` calls ``MPI_Abort`` so no rank
-    waits for ever; ``"raise"`` raises on that rank only and the others are
-    released by their own timeouts. Batches stay readable after
-    :meth:`close`: shared memory that a batch still views is kept mapped until
-    the process ends.
+    Errors and liveness: every setup step is collective, so a setup error on one rank
+    raises on all; waits for peers are bounded by ``LMDBIO_TIMEOUT`` (a silent rank is
+    named in :class:`~lmdbio.errors.PeerTimeoutError`), and leaving a ``with`` block with
+    an exception follows ``on_error`` (:class:`lmdbio.closing.Closing` says how).
 
     Resume: :meth:`state_dict` is where the epochs are (an epoch and how many of its
     batches were delivered, the order's settings, the snapshot), plain values, the same
@@ -89,16 +75,16 @@ class Reader:
         stagger_size: STAG's readers per group (default half the readers).
         build_provenance: PROV builds a missing or stale sidecar instead of failing.
         measure: record per-phase timings for :meth:`stats`.
-        shuffle, seed, shuffle_block, shuffle_window, shuffle_partitions, last_batch:
-            :meth:`epoch`'s order and last batch (:class:`lmdbio.pipeline.EpochPlan`).
-            ``shuffle``: False (file order), True or ``"window"`` (each window shuffled
+        order: :meth:`epoch`'s order, by name from :data:`lmdbio.orders.ORDERS` or an
+            :class:`lmdbio.orders.Order`: ``"file"``, ``"window"`` (each window shuffled
             whole: most random; node readers read whole windows), ``"shard"`` (each rank
-            shuffles its own contiguous slice of every window: node readers read only their
-            ranks' part, a file-order epoch's bytes; the order depends on the rank count),
-            ``"elastic"`` (the shard order over ``shuffle_partitions`` canonical partitions,
-            default 64, in place of the ranks: one order at any rank count; node readers
-            read only their part of each window where their ranks' positions are whole
-            partitions, see :mod:`lmdbio.shuffle`).
+            shuffles its own slice of every window: node readers read a file-order epoch's
+            bytes; the order depends on the rank count), ``"elastic"`` (the shard order over
+            ``shuffle_partitions`` canonical partitions, default 64: one order at any rank
+            count).
+        shuffle, seed, shuffle_block, shuffle_window, shuffle_partitions, last_batch: the
+            order's settings (:class:`lmdbio.pipeline.EpochPlan`); ``shuffle`` is the
+            shorthand of ``order`` (False: file order; True: ``"window"``).
         prefetch: batches an epoch's iterator reads ahead in a thread
             (:mod:`lmdbio.pipeline.prefetch`); :meth:`read_batch` reads each batch
             when asked, and warns once that it does not read ahead.
@@ -118,7 +104,7 @@ class Reader:
                  on_error: str | None = None, shuffle: bool | str = False, seed: int = 0,
                  shuffle_block: int | None = None, shuffle_window: int = 4,
                  last_batch: str = "short", prefetch: int = 0,
-                 shuffle_partitions: int = DEFAULT_PARTITIONS):
+                 shuffle_partitions: int = DEFAULT_PARTITIONS, order=None):
         # The Reader talks on its own duplicate (its first collective call), so none of its
         # messages meets the user's or another Reader's on the same communicator.
         self.user_comm = as_comm(comm)
@@ -134,16 +120,38 @@ class Reader:
         self._missing: list[int] = []
         self.topology: Topology | None = None
         self.pipe: Pipeline | None = None
-        self._epoch = 0   # what ``for b in reader`` reads (set_epoch)
-        #: Where this Reader is: the next batch, the live epoch and its prefetch (set up below).
+        #: Where this Reader is: the epochs, the next batch, the live epoch and its prefetch.
         self.it: Iteration | None = None
-        self._deferred: LmdbioError | None = None   # raised by the next call (an epoch's end)
+
+        orders = dict(shuffle=shuffle, seed=seed, shuffle_block=shuffle_block, order=order,
+                      shuffle_window=shuffle_window, last_batch=last_batch,
+                      shuffle_partitions=shuffle_partitions)
+        try:
+            plan = self._arguments(path, batch_size, variant, options, ranks_per_node,
+                                   readers_per_node, coalesce_bytes, stagger_size, orders)
+            self.topology = (make_topology(comm.mpi, ranks_per_node, readers_per_node)
+                             if self.options.localized else None)
+            self.pipe = Pipeline(self.options, comm.native, self.topology, self.per_rank,
+                                 build_provenance, plan, prefetch)
+            self.is_reader = self.pipe.is_reader
+            self._open()
+        except BaseException as exc:
+            if self.nprocs > 1 and not isinstance(exc, Exception):
+                self._interrupted_setup(exc)
+            self._release()   # every rank gets here together: each failing step is collective
+            raise
+        self._closed = False
+
+    def _arguments(self, path, batch_size, variant, options, ranks_per_node, readers_per_node,
+                   coalesce_bytes, stagger_size, orders: dict) -> EpochPlan:
+        """Check the arguments on every rank, find the file (``{node}``) and the variant
+        (``auto``: rank 0's choice for all). Collective; returns the order's settings."""
+        comm = self.comm
 
         def check_args():
-            check_settings(on_error)
+            check_settings(self._on_error)
             check_node_args(ranks_per_node, readers_per_node)
-            self.epochs = EpochPlan(shuffle, seed, shuffle_block, shuffle_window, last_batch,
-                                    shuffle_partitions)
+            plan = plan_of(**orders)
             self.batch_size = check_batch_size(batch_size, self.nprocs)
             f = db_file(str(path).replace("{node}", str(node)))
             opts, auto = resolve_variant(variant, options, f, chooser=self.rank == 0,
@@ -154,119 +162,69 @@ class Reader:
                     "windows, and this job has no MPI (torch.distributed's ranks, e.g. started "
                     f"by torchrun): use a variant whose ranks each read their own, {PER_RANK_HINT}"
                     ", or launch with mpiexec")
-            return opts, auto, f
+            return opts, auto, f, plan
 
-        try:
-            # {node}: every rank takes part in finding node numbers if any rank needs them.
-            node = None
-            if comm.allreduce(1 if "{node}" in str(path) else 0, "max"):
-                node = comm.collective(comm.node_number, ranks_per_node)
-            self.options, auto, self.path = comm.collective(check_args)
-            #: variant="auto": why this variant was chosen ("" otherwise). Rank 0's choice holds
-            #: for every rank, so all read the same way.
-            self.auto_reason = ""
-            if comm.allreduce(auto is not None, "lor"):
-                auto = comm.bcast(auto, root=0)
-                if comm.mpi is None and parse_variant(auto[0]).localized:
-                    auto = (AUTO_LOCAL, f"{auto[1]}; but this job has no MPI for a node's shared "
-                            f"windows (torch.distributed's ranks): {AUTO_LOCAL}, every rank "
-                            "preads its own records")
-                self.options = parse_variant(auto[0], coalesce_bytes=coalesce_bytes,
-                                             stagger_size=stagger_size)
-                self.auto_reason = f"auto: {auto[1]}"
-            self.variant = self.options.name
-            self.per_rank = self.batch_size // self.nprocs
+        # {node}: every rank takes part in finding node numbers if any rank needs them.
+        node = None
+        if comm.allreduce(1 if "{node}" in str(path) else 0, "max"):
+            node = comm.collective(comm.node_number, ranks_per_node)
+        self.options, auto, self.path, plan = comm.collective(check_args)
+        #: variant="auto": why this variant was chosen ("" otherwise). Rank 0's choice holds
+        #: for every rank, so all read the same way.
+        self.auto_reason = ""
+        if comm.allreduce(auto is not None, "lor"):
+            auto = comm.bcast(auto, root=0)
+            if comm.mpi is None and parse_variant(auto[0]).localized:
+                auto = (AUTO_LOCAL, f"{auto[1]}; but this job has no MPI for a node's shared "
+                        f"windows (torch.distributed's ranks): {AUTO_LOCAL}, every rank "
+                        "preads its own records")
+            self.options = parse_variant(auto[0], coalesce_bytes=coalesce_bytes,
+                                         stagger_size=stagger_size)
+            self.auto_reason = f"auto: {auto[1]}"
+        self.variant = self.options.name
+        self.per_rank = self.batch_size // self.nprocs
+        return plan
 
-            self.topology = (make_topology(comm.mpi, ranks_per_node, readers_per_node)
-                             if self.options.localized else None)
-            self.pipe = Pipeline(self.options, comm.native, self.topology, self.per_rank,
-                                 build_provenance, self.epochs, prefetch)
-            self.is_reader = self.pipe.is_reader
+    def _open(self) -> None:
+        """Read the meta page, agree on one snapshot, set the pipeline up and start the
+        Iteration. Collective: every step that can fail raises on every rank."""
+        comm = self.comm
 
-            def meta():   # rank 0 reads the meta page only (no map, no LMDB)
-                if self.rank == 0:
-                    m = read_meta(self.path)
-                    if m.entries == 0:
-                        raise LmdbioError(f"{self.path} holds no records; nothing to read")
-                    return m
-                return None
+        def meta():   # rank 0 reads the meta page only (no map, no LMDB)
+            if self.rank == 0:
+                m = read_meta(self.path)
+                if m.entries == 0:
+                    raise LmdbioError(f"{self.path} holds no records; nothing to read")
+                return m
+            return None
 
-            m = comm.bcast(comm.collective(meta), root=0)
-            self.n, self.meta = m.entries, m
-            with self.rec.phase("setup", -1) as row:
-                # Every step that can fail is collective, so a failure on one rank raises on all.
-                self.pipe.prepare(self.path)
-                self._open_agreed()
-                mean_size = max(1.0, m.file_size / max(1, m.entries))
-                #: Batches per chunk (COAL); the bench starts timing on a multiple of it.
-                self.coalesce = self.pipe.setup(self.n, self.batch_size, mean_size, row)
-            self.it = Iteration(self.pipe.stream)
-        except BaseException as exc:
-            if self.nprocs > 1 and not isinstance(exc, Exception):
-                self._interrupted_setup(exc)
-            self._release()   # every rank gets here together: each failing step is collective
-            raise
-        self._closed = False
-        self._told_no_prefetch = False   # read_batch() with prefetch > 0: said once
-
-    def _interrupted_setup(self, exc: BaseException) -> None:
-        """Ctrl-C (or another BaseException) hit this rank between two collective setup steps.
-
-        The other ranks may be inside a blocking MPI call (a window allocation,
-        a communicator split) that no timeout can end. If they do not all come
-        to a bounded agreement, end the job (whatever ``on_error`` says): it
-        is the only way not to leave them spinning for ever.
-        """
-        try:
-            limit = exit_timeout()
-        except LmdbioError:
-            limit = EXIT_TIMEOUT
-        present, _ = self._agree(True, limit)
-        if not present:
-            print(f"lmdbio: error: rank {self.rank}: {type(exc).__name__} while the Reader was being "
-                  f"set up; rank(s) {self._missing} are inside a setup step that cannot time out: "
-                  "aborting the job so no rank waits forever", file=sys.stderr, flush=True)
-            self.comm.abort(exc)
-
-    def _open_agreed(self, tries: int = 20) -> None:
-        """Open the database on the ranks that read it, all at one snapshot. Collective.
-
-        Each opening rank holds a read transaction; their (txnid, entries)
-        must agree, or a writer committed between two ranks' opens: then all
-        close and try again. ``n`` is the snapshot's own entry count.
-        """
-        p = self.pipe
-        open_fn = (lambda: p.open(self.path, self.meta)) if self.is_reader else (lambda: None)
-        for _ in range(tries):
-            self.comm.collective(open_fn)
+        m = comm.bcast(comm.collective(meta), root=0)
+        self.n, self.meta = m.entries, m
+        with self.rec.phase("setup", -1) as row:
+            self.pipe.prepare(self.path)
+            p = self.pipe   # every reader at one snapshot; n is the snapshot's own entry count
+            got = agree_snapshot(comm, (lambda: p.open(self.path, m)) if self.is_reader
+                                 else (lambda: None), p.snapshot_id, p.close_handles, self.path)
             self.lock = p.locked
-            ids = self.comm.allgather(self.comm.collective(p.snapshot_id))
-            got = {x for x in ids if x is not None}
-            if len(got) <= 1:
-                if got:
-                    self.txnid, n = got.pop()
-                    if n == 0:
-                        p.close_handles()
-                        raise LmdbioError(f"{self.path} holds no records in the snapshot opened; "
-                                          "nothing to read")
-                    self.n = n
-                return
-            p.close_handles()
-            self.comm.barrier(what="the snapshot's next try")
-        raise SnapshotError(f"{self.path}: the ranks could not open one snapshot in {tries} tries "
-                            "(a writer commits too often); try again")
+            if got is not None:
+                self.txnid, self.n = got
+            mean_size = max(1.0, m.file_size / max(1, m.entries))
+            #: Batches per chunk (COAL); the bench starts timing on a multiple of it.
+            self.coalesce = self.pipe.setup(self.n, self.batch_size, mean_size, row)
+        digest = comm.bcast(comm.collective(
+            lambda: content_digest(self.path, self.txnid) if self.rank == 0 else None), root=0)
+        self.it = Iteration(self.pipe.stream, self.pipe.epochs, self.batch_size, self.rank,
+                            self.nprocs, {"txnid": self.txnid, "records": self.n, "digest": digest})
 
     # ------------------------------------------------------------- reading
     def read_batch(self) -> Batch:
         """This rank's share of the next global batch of the endless stream (batch t holds
         positions ``(t*B + j) mod N``); between epochs it goes on after the last epoch's rows."""
         self._check_usable()
-        if self.it.live is not None:
-            raise ConfigurationError(
-                f"epoch {self.it.live.number} is in progress on this Reader: take its batches from its "
-                "iterator, or close that iterator (it.close()) before calling read_batch()")
-        if self.pipe.depth and not self._told_no_prefetch:
-            self._told_no_prefetch = True
+        self.it.idle("take its batches from its iterator, or close that iterator (it.close()) "
+                     "before calling read_batch()")
+        if self.pipe.depth and not self.it.told_no_prefetch:
+            self.it.told_no_prefetch = True
             warnings.warn(f"prefetch={self.pipe.depth} reads ahead in an epoch's iterator only "
                           "(for batch in reader.epoch(e)); read_batch() reads each batch when asked",
                           stacklevel=2)
@@ -287,14 +245,13 @@ class Reader:
                 self._fail(exc)
             raise   # inside ``with``: __exit__ decides, with the other ranks
         it.took()
+        batch.source = self.path  # decode errors name a record's key from it
         return batch
 
     def _check_usable(self) -> None:
         if self._closed:
             raise LmdbioError("the Reader is closed")
-        err, self._deferred = self._deferred, None
-        if err is not None:
-            raise err
+        self.it.check()
 
     def epoch(self, e: int):
         """This rank's batches of epoch ``e`` (every record once across the ranks under
@@ -320,80 +277,46 @@ class Reader:
                 self._end_epoch()
 
     def _start_epoch(self, e: int, token) -> int:
-        """Agree with every rank on epoch ``e``'s start, then lay out its rows. Collective.
-        Returns the batches left to deliver (all of them, unless a loaded state resumes)."""
+        """Agree with every rank on epoch ``e``'s start (:meth:`Iteration.reconcile`), then lay
+        out its rows. Collective. Returns the batches left to deliver."""
         it = self.it
-        t0 = it.next_start()   # epochs start on a chunk
-        problem = None
-        if it.live is not None:
-            problem = (f"epoch {it.live.number} is still in progress on this Reader (its iterator "
-                       f"is alive): finish it or close it (it.close()) before starting epoch {e}")
-        elif isinstance(e, bool) or not isinstance(e, (int, np.integer)) or e < 0:
-            problem = f"epoch must be an int >= 0, got {e!r}"
-        elif it.resume is not None and it.resume[0] != e \
-                and 0 < it.resume[1] < self._epoch_batches():
-            saved, done = it.resume
-            problem = (f"the state loaded (load_state_dict) stopped epoch {saved} after {done} of "
-                       f"its {self._epoch_batches()} batches, and epoch {e} was asked for: "
-                       f"iterate epoch {saved} first (reader.epoch({saved}), or "
-                       f"set_epoch({saved})) to deliver the rest of it, or load the state of the "
-                       "epoch you mean to read")
-        views = self.comm.allgather_within((problem, e, t0, it.last, it.resume),
-                                           what=f"the start of epoch {e}")
-        bad = [(r, v[0]) for r, v in enumerate(views) if v[0] is not None]
-        if bad:
-            r, msg = bad[0]
-            raise ConfigurationError(msg if r == self.rank else f"rank {r}: {msg}")
-        parted = {(v[1], v[2], v[3], v[4]) for v in views}
-        if len(parted) > 1:
-            where = "; ".join(f"rank {r}: epoch {v[1]}" + (f" after taking {v[3][1]} batches of "
-                                                           f"epoch {v[3][0]}" if v[3] else "")
-                              for r, v in enumerate(views))
-            raise PeerError(
-                f"rank {self.rank}: the ranks parted ways before epoch {e} ({where}): every rank "
-                "must iterate the same epochs and take the same number of batches of each "
-                "(break out of an epoch at the same batch on every rank)")
+        views = self.comm.allgather_within(it.start_view(e), what=f"the start of epoch {e}")
+        t0, skip = it.reconcile(views)
         rows, schedule = self.comm.collective(self.pipe.start_epoch, int(e), t0, self.rec)
-        # A resumed epoch starts at its next batch, on the chunk that holds it.
-        skip = it.resume[1] if it.resume is not None and it.resume[0] == e else 0
         it.begin(token, int(e), rows, schedule, t0,
                  self.pipe.prefetch(t0 + skip, t0 + rows.batches, schedule, rows, self.rec),
                  skip)
         return rows.batches - skip
 
     def _end_epoch(self) -> None:
-        """Local: stop reading ahead (every rank's thread reads to the same bound), go back
-        to the stream after the epoch's last row. A problem is raised by the next call."""
-        try:
-            self.it.end(drain=True)
-        except LmdbioError as exc:
-            self._deferred = exc
-        finally:
-            self.pipe.end_epoch()
+        """Local: stop reading ahead, go back to the stream after the epoch's last row. A
+        problem is raised by the next call."""
+        self.it.end_deferred(self.pipe.end_epoch)
 
     def set_epoch(self, e: int) -> None:   # as DistributedSampler's: what ``for b in reader`` reads
-        self._epoch = e
+        self.it.epoch = e
 
     def __iter__(self):
-        return self.epoch(self._epoch)
+        return self.epoch(self.it.epoch)
+
+    @property
+    def epochs(self) -> EpochPlan:
+        """Deprecated: the order's settings are ``reader.it.plan``."""
+        warnings.warn("Reader.epochs is deprecated: the order's settings (block resolved) are "
+                      "reader.it.plan", DeprecationWarning, stacklevel=2)
+        return self.it.plan if self.it is not None else self.pipe.epochs
 
     # ------------------------------------------------------------- resuming
     def state_dict(self) -> dict:
         """Where this Reader's epochs are, as plain JSON values (local, no message).
 
-        ``epoch`` and ``batches``: the live epoch and the batches it delivered, else the
-        last epoch's (or a loaded state's not resumed yet; ``set_epoch``'s epoch and 0
-        before any). The rest says which order they are of: ``batch_size``, ``shuffle``
-        (the mode, None for file order), ``seed``, ``block``, ``window``, ``partitions``,
-        ``last_batch``, ``nprocs`` and ``dataset`` (the snapshot: its LMDB transaction id
-        and record count). Every rank's is the same (every rank takes the same batches), so
-        saving rank 0's is enough.
+        ``epoch`` and ``batches`` (:meth:`Iteration.position`), the order's settings and
+        ``dataset``, the snapshot (:func:`lmdbio.resume.run_state`). Every rank's is the
+        same (every rank takes the same batches), so saving rank 0's is enough.
         """
         if self._closed or self.it is None:
             raise LmdbioError("the Reader is closed: take state_dict() before close()")
-        epoch, batches = self.it.position(self._epoch)
-        return run_state(self.pipe.epochs, epoch, batches, self.batch_size, self.nprocs,
-                         self.txnid, self.n)
+        return self.it.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from ``state`` (:meth:`state_dict` of this job or an earlier one): the next
@@ -401,57 +324,16 @@ class Reader:
         :meth:`set_epoch`'s) yields the batches the state had not delivered.
 
         Collective: every rank loads the same state, between epochs. A state of another
-        version of the data set raises SnapshotError, one of another batch size, order
-        (shuffle, seed, block, window, partitions), last-batch policy or, under
-        ``"shard"``, rank count ConfigurationError, on every rank, naming what differs.
+        version of the data set (its txnid, record count, or content digest where the state
+        has one: states saved without it are checked on the first two) raises SnapshotError;
+        one of another batch size, order (its name and the settings it depends on), last-batch
+        policy or, for an order that depends on it (``"shard"``), rank count raises
+        ConfigurationError, on every rank, naming what differs.
         """
         self._check_usable()
-        point = problem = None
-        try:
-            if self.it.live is not None:
-                raise ConfigurationError(
-                    f"epoch {self.it.live.number} is in progress on this Reader: load the state "
-                    "before starting an epoch, or close its iterator (it.close()) first")
-            point = self._resume_point(state)
-        except LmdbioError as exc:
-            problem = (type(exc), str(exc))
-        views = self.comm.allgather_within((problem, point), what="load_state_dict()")
-        bad = [(r, v[0]) for r, v in enumerate(views) if v[0] is not None]
-        if bad:
-            r, (cls, msg) = bad[0]
-            raise cls(msg if r == self.rank else f"rank {r}: {msg}")
-        if len({v[1] for v in views}) > 1:
-            where = "; ".join(f"rank {r}: epoch {v[1][0]} after {v[1][1]} batches"
-                              for r, v in enumerate(views))
-            raise ConfigurationError(
-                f"the ranks loaded different states ({where}): load the same state on every "
-                "rank (state_dict() is the same on every rank; saving rank 0's is enough)")
-        self.it.resume = point
-        self._epoch = point[0]
-
-    def _epoch_batches(self) -> int:
-        return num_batches(self.n, self.batch_size, self.pipe.epochs.last_batch)
-
-    def _resume_point(self, state) -> tuple[int, int]:
-        """``(epoch, batches delivered)`` of ``state``, or the error saying why this Reader
-        cannot resume it."""
-        return resume_point(state, self.state_dict(), what="Reader",
-                            opened=f"this Reader opened {self.path} at txnid {self.txnid} "
-                                   f"with {self.n} records",
-                            epoch_batches=self._epoch_batches())
-
-    def _abandon(self) -> None:
-        if self.pipe is not None:
-            try:
-                self.pipe.abandon()
-            except Exception:  # noqa: BLE001 - best effort on an error path
-                pass
-
-    def _fail(self, exc: BaseException) -> None:
-        if self._on_error == "abort" and self.nprocs > 1:
-            print(f"lmdbio: error: rank {self.rank}: {type(exc).__name__}: {exc}; "
-                  "aborting the job so no rank waits forever", file=sys.stderr, flush=True)
-            self.comm.abort(exc)
+        opened = f"this Reader opened {self.path} at txnid {self.txnid} with {self.n} records"
+        view = self.it.load_view(state, opened)
+        self.it.reconcile_load(self.comm.allgather_within(view, what="load_state_dict()"))
 
     # ------------------------------------------------------------- results
     def stats(self) -> list[dict]:
@@ -459,98 +341,4 @@ class Reader:
         extra = {"variant": self.variant, "nprocs": self.nprocs, "is_reader": self.is_reader,
                  "lock": self.lock, "auto_reason": self.auto_reason, **self.pipe.describe()}
         return with_total(self.rec.rows, self._totals0, self.rank, extra)
-
-    def close(self) -> None:
-        """Release shared memory, maps and files. Collective, with bounded waits.
-
-        Waits at most ``2 * LMDBIO_TIMEOUT`` seconds for the other ranks: if one
-        does not come, this rank lets go of its own resources and raises
-        PeerTimeoutError. Raises PeerError when another rank failed inside
-        its ``with`` block. Batches read before stay valid.
-        """
-        present, failed, problem = self._close(False, 2 * timeout())
-        if problem is not None:
-            raise problem
-        if not present:
-            exc = PeerTimeoutError(
-                f"rank {self.rank}: rank(s) {self._missing} did not reach close() within "
-                f"{2 * timeout():g} s (twice LMDBIO_TIMEOUT): they stopped answering (stopped, "
-                "in a debugger, swapped out), exited, or read a different number of batches. "
-                "Every rank must call read_batch() the same number of times, then close()")
-            # MPI_Finalize would wait for those ranks for ever: under on_error="abort" end the job.
-            self._fail(exc)
-            raise exc
-        others = [r for r in failed if r != self.rank]
-        if others:
-            raise PeerError(f"rank {self.rank}: rank(s) {others} left their with-block with an "
-                            "error (see their messages); this rank closed cleanly")
-
-    def _close(self, failed: bool, limit: float):
-        """Close; returns (every rank came, ranks that failed, first local problem)."""
-        if self._closed:
-            return True, [], None
-        self._closed = True
-        it = self.it
-        problem = None
-        try:
-            if it is not None:
-                it.live = None   # an epoch iterator dropped later must not touch the closed pipeline
-                it.stop_prefetch()
-            if self.pipe is not None:
-                self.pipe.finish(failed, it.t if it is not None else 0)
-        except Exception as exc:  # noqa: BLE001 - still let go of everything below
-            problem, failed = exc, True
-        present, failed_ranks = self._agree(failed, limit)
-        try:
-            self._release(agree=present)
-        except Exception as exc:  # noqa: BLE001
-            problem = problem or exc
-        return present, failed_ranks, problem
-
-    def _agree(self, failed: bool, limit: float) -> tuple[bool, list[int]]:
-        """Find out within ``limit`` seconds whether every rank came and which failed (see
-        :func:`lmdbio.collective.agree`); the ranks that did not come are :attr:`_missing`."""
-        present, failed_ranks, self._missing = self.comm.agree(failed, limit)
-        # A rank that failed or did not come may have left messages in flight (a cursor, a
-        # turn, a report): then the communicators are parked at release, not freed.
-        self._settled = present and (not failed_ranks or self.nprocs == 1)
-        return present, failed_ranks
-
-    def _release(self, agree: bool = True) -> None:
-        settled = agree and getattr(self, "_settled", True)
-        try:
-            if self.pipe is not None:
-                self.pipe.release(timeout(), agree)
-        except BaseException:
-            settled = False   # a wait given up: its request may still be pending
-            raise
-        finally:
-            topo, self.topology = self.topology, None
-            comms = [] if topo is None else [topo.readers_comm, topo.group_comm, topo.node_comm]
-            # Freed only when nothing can be left in flight: MPI gives a freed communicator's
-            # context to the next one, where a late message would be taken as new.
-            if comms:
-                release_comms(comms, settled)
-            self.comm.release(settled)
-
-    def __enter__(self) -> "Reader":
-        self._in_with = True
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self._in_with = False
-        if exc_type is None:
-            self.close()
-            return
-        if self._closed or self.nprocs == 1:
-            self._close(True, 0.0)
-            return
-        # Leaving with an error (KeyboardInterrupt too): tell the group, then
-        # find out, without blocking for ever, whether every rank is leaving.
-        self._abandon()
-        present, _, _ = self._close(True, exit_timeout())
-        if not present and self._on_error == "abort":
-            # Alone: the others are stuck or gone; end the job so none waits for ever.
-            self._fail(exc)
-        # Every rank came (or on_error="raise"): the exception propagates.
 

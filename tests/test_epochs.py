@@ -10,6 +10,7 @@ import lmdbio
 from lmdbio.errors import ConfigurationError
 from lmdbio.pipeline import EpochPlan, epoch_rows, shuffles
 from lmdbio.options import parse_variant
+from lmdbio.orders import ORDERS, Order
 
 ALL = [v for v in lmdbio.VARIANTS + lmdbio.EXTRA_VARIANTS if v != "auto"]
 SHUFFLING = [v for v in ALL if shuffles(parse_variant(v))]
@@ -143,3 +144,67 @@ def test_iteration_owns_where_the_reader_is():
     it.end()
     assert it.live is None and it.last == (0, 1) and it.schedule is stream
     assert it.t == 4 + len(rows.rows) == 16 and it.next_start() == 16
+
+
+# ---------------------------------------------------------------- orders behind a registry
+class _Reversed(Order):
+    """A toy order: the records backwards, rotated by the epoch and the seed."""
+
+    name = "reversed"
+    state_keys = ("seed",)
+
+    def order(self, n, epoch, batch, nprocs, plan):
+        return np.roll(np.arange(n, dtype=np.int64)[::-1], plan.seed + epoch)
+
+
+def test_orders_are_registered_by_name_and_shuffle_is_their_shorthand(db):
+    assert list(ORDERS) == ["file", "window", "shard", "elastic"]
+    assert [o.depends_on_nprocs for o in ORDERS.values()] == [False, False, True,
+                                                                             False]
+    kw = dict(variant="lmdbio-direct", seed=2, shuffle_block=7, build_provenance=True)
+    for name, shorthand in [("file", False), ("window", True), ("shard", "shard"),
+                            ("elastic", "elastic")]:
+        with lmdbio.Reader(db, 8, MPI.COMM_SELF, order=name, **kw) as a, \
+                lmdbio.Reader(db, 8, MPI.COMM_SELF, shuffle=shorthand, **kw) as b:
+            got = [np.asarray(x.indices).tolist() for x in a.epoch(1)]
+            assert got == [np.asarray(x.indices).tolist() for x in b.epoch(1)], name
+            assert a.state_dict() == b.state_dict()
+    with pytest.raises(ConfigurationError, match="both name the order"):
+        lmdbio.Reader(db, 8, MPI.COMM_SELF, order="window", shuffle="shard", **kw)
+    with pytest.raises(ConfigurationError, match="'file', 'window', 'shard', 'elastic'"):
+        lmdbio.Reader(db, 8, MPI.COMM_SELF, order="random", **kw)
+
+
+def test_an_order_object_is_read_and_resumed_on_its_own_keys(db):
+    """An Order passed as ``order=`` is read (every record right) and a state of it compares
+    its name and its state_keys only (seed here, not the window)."""
+    import lmdb
+
+    toy = _Reversed()
+    kw = dict(variant="lmdbio-direct", build_provenance=True, order=toy)
+    with lmdb.open(str(db), readonly=True, lock=False) as env, env.begin() as txn:
+        values = [bytes(v) for _, v in txn.cursor()]
+    want = toy.order(203, 1, 8, 1, EpochPlan(seed=3)).tolist()
+    with lmdbio.Reader(db, 8, MPI.COMM_SELF, seed=3, **kw) as r:
+        it = r.epoch(1)
+        first = next(it)
+        state = r.state_dict()
+        it.close()
+        assert state["shuffle"] == "reversed"
+    assert np.asarray(first.indices).tolist() == want[:8]
+    with lmdbio.Reader(db, 8, MPI.COMM_SELF, seed=3, shuffle_window=9, **kw) as r:
+        r.load_state_dict(state)
+        rest = list(r.epoch(1))
+    assert sum((np.asarray(b.indices).tolist() for b in rest), []) == want[8:]
+    assert [bytes(x) for b in rest for x in b] == [values[i] for i in want[8:]]
+    with lmdbio.Reader(db, 8, MPI.COMM_SELF, seed=4, **kw) as r:
+        with pytest.raises(ConfigurationError, match="seed 3 in the state, 4 here"):
+            r.load_state_dict(state)
+
+
+def test_reader_epochs_is_deprecated_for_the_iterations_plan(db):
+    with lmdbio.Reader(db, 8, MPI.COMM_SELF, variant="lmdbio-direct", shuffle="window",
+                       build_provenance=True) as r:
+        with pytest.warns(DeprecationWarning, match=r"reader\.it\.plan"):
+            plan = r.epochs
+        assert plan is r.it.plan and plan.block is not None   # the resolved block

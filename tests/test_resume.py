@@ -173,7 +173,32 @@ def test_state_is_plain_json_and_names_the_order(db):
                                  "partitions", "last_batch", "nprocs")} == \
         dict(batch_size=B, shuffle="elastic", seed=3, block=7, window=3, partitions=8,
              last_batch="short", nprocs=1)
-    assert live["dataset"] == {"txnid": txnid, "records": N}
+    assert live["dataset"] == {"txnid": txnid, "records": N, "digest": live["dataset"]["digest"]}
+    assert len(live["dataset"]["digest"]) == 16
+
+
+def test_a_twin_files_state_is_refused(db, tmp_path):
+    """F24: a file of the same record count and txnid with other content (the data set made
+    with another seed) is another data set; a state saved without a digest is checked on
+    txnid and record count only, as it was saved."""
+    from lmdbio.datasets import make_dataset
+
+    twin = make_dataset(tmp_path / "twin", "cifar10", N, commit_every=50, seed=2)
+    with _reader(db, shuffle="window") as r:
+        it = r.epoch(1)
+        next(it)
+        state = r.state_dict()
+        it.close()
+    with _reader(twin, shuffle="window") as r:
+        assert (r.txnid, r.n) == (state["dataset"]["txnid"], state["dataset"]["records"])
+        with pytest.raises(SnapshotError, match="content digest") as raised:
+            r.load_state_dict(state)
+        assert raised.value.found == state["dataset"]
+        assert raised.value.expected == r.state_dict()["dataset"] != state["dataset"]
+    old = dict(state, dataset={k: v for k, v in state["dataset"].items() if k != "digest"})
+    with _reader(twin, shuffle="window") as r:
+        r.load_state_dict(old)
+        assert len(_indices(r.epoch(1))) == sh.num_batches(N, B) - 1
 
 
 def _refused(db, state, error, match, **kw):

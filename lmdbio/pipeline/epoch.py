@@ -1,13 +1,10 @@
 """Epochs: which records each global batch of an epoch holds, for every stage downstream.
 
 An epoch is a table of rows, one global batch each (:class:`EpochRows`); the
-pipeline's :class:`~lmdbio.plan.Layout` takes it, and every locator reads the
-positions its rows name. The order is the file order (``shuffle=False``),
-:func:`lmdbio.shuffle.epoch_order` (``shuffle=True`` or ``"window"``: blocks
-permuted, windows shuffled, seeded by ``(seed, epoch)``) or
-:func:`lmdbio.shuffle.shard_order` (``"shard"``: the same windows, each rank's
-positions of a window filled with a contiguous slice of it, shuffled): pure
-functions, so every rank computes the same rows.
+pipeline's schedule (:class:`~lmdbio.plan.EpochSchedule`) takes it, and every locator reads the
+positions its rows name. The order is one of :mod:`lmdbio.orders`'
+registry (file, window, shard, elastic, or one registered): pure functions, so
+every rank computes the same rows.
 
 The last batch (``n % B`` records) follows :mod:`lmdbio.shuffle`'s policies.
 ``"short"`` (the default, PyTorch's ``drop_last=False``) is read as a full row
@@ -20,16 +17,17 @@ order: read with the last chunk, never delivered.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .. import shuffle as sh
 from ..errors import ConfigurationError
 from ..options import DEFAULT_COALESCE_BYTES
+from ..orders import ORDERS, Order, get_order
 from ..plan import coalesce_batches
 
-__all__ = ["EpochPlan", "EpochRows", "epoch_rows", "default_block"]
+__all__ = ["EpochPlan", "EpochRows", "epoch_rows", "default_block", "plan_of"]
 
 
 @dataclass(frozen=True)
@@ -37,7 +35,8 @@ class EpochPlan:
     """How epochs are ordered and cut.
 
     Args:
-        shuffle: False: file order. True or ``"window"``: :func:`lmdbio.shuffle.epoch_order`,
+        shuffle: an order of :mod:`lmdbio.orders` by name, or an
+            :class:`~lmdbio.orders.Order`. False (or ``"file"``): file order. True or ``"window"``: :func:`lmdbio.shuffle.epoch_order`,
             each window's records shuffled over all its positions: the most random, but a
             node reader whose ranks' records lie < 64 KiB apart reads every window whole
             (``R`` node readers: ``R`` times a file-order epoch's bytes). ``"shard"``:
@@ -60,7 +59,7 @@ class EpochPlan:
             (:data:`lmdbio.shuffle.DEFAULT_PARTITIONS`).
     """
 
-    shuffle: bool | str = False
+    shuffle: bool | str | Order = False
     seed: int = 0
     block: int | None = None
     window: int = 4
@@ -68,29 +67,45 @@ class EpochPlan:
     partitions: int = sh.DEFAULT_PARTITIONS
 
     @property
-    def mode(self) -> str | None:
-        """``"window"``, ``"shard"``, ``"elastic"`` or None (file order)."""
+    def kind(self) -> Order:
+        """The :class:`~lmdbio.orders.Order` that ``shuffle`` names (the registry's)."""
         if self.shuffle is True:
-            return "window"
-        return self.shuffle or None
+            return ORDERS["window"]
+        if self.shuffle is False:
+            return ORDERS["file"]
+        return get_order(self.shuffle)
 
-    def order(self, n: int, block: int, epoch: int, batch: int, nprocs: int) -> np.ndarray:
+    @property
+    def mode(self) -> str | None:
+        """The order's name (``"window"``, ``"shard"``, ``"elastic"``, ...), None for file
+        order (what a saved state records as ``shuffle``)."""
+        kind = self.kind
+        return kind.name if kind.shuffled else None
+
+    def order(self, n: int, block: int | None, epoch: int, batch: int, nprocs: int) -> np.ndarray:
         """Epoch ``epoch``'s global order of ``n`` records (``block``: records per shuffle block)."""
-        if self.mode == "shard":
-            return sh.shard_order(n, block, self.window, self.seed, epoch, batch, nprocs,
-                                  self.last_batch)
-        if self.mode == "elastic":
-            return sh.elastic_order(n, block, self.window, self.seed, epoch, batch,
-                                    self.partitions, self.last_batch)
-        if self.mode == "window":
-            return sh.epoch_order(n, block, self.window, self.seed, epoch)
-        return np.arange(n, dtype=np.int64)
+        return self.kind.order(n, epoch, batch, nprocs, replace(self, block=block))
+
+    def windows(self, n: int, epoch: int) -> np.ndarray | None:
+        """The shuffle window of each record in epoch ``epoch`` (None: no windows)."""
+        return self.kind.windows(n, epoch, self)
+
+    def with_block(self, n: int, batch: int, mean_size: float) -> EpochPlan:
+        """This plan with its block set: :func:`default_block` of ``n`` records, global batches
+        of ``batch`` and the mean record size where none was asked for."""
+        if self.block is not None:
+            return self
+        return replace(self, block=default_block(n, batch, mean_size))
 
     def __post_init__(self):
-        if not isinstance(self.shuffle, bool) and (not isinstance(self.shuffle, str)
-                                                   or self.shuffle not in sh.MODES):
+        if not isinstance(self.shuffle, (bool, Order)) and (not isinstance(self.shuffle, str)
+                                                            or self.shuffle not in ORDERS):
+            names = [m for m in ORDERS if m != "file"]
             raise ConfigurationError(f"shuffle must be False, True or one of the modes "
-                                     f"{', '.join(map(repr, sh.MODES))}, got {self.shuffle!r}")
+                                     f"{', '.join(map(repr, names))} (or an "
+                                     f"lmdbio.orders.Order), got {self.shuffle!r}")
+        if not isinstance(self.shuffle, bool) and not self.kind.shuffled:
+            object.__setattr__(self, "shuffle", False)   # "file": one spelling, so truth tests hold
         if not isinstance(self.last_batch, str) or self.last_batch not in sh.POLICIES:
             raise ConfigurationError(f"last_batch must be one of "
                                      f"{', '.join(map(repr, sh.POLICIES))}, got {self.last_batch!r}")
@@ -101,6 +116,20 @@ class EpochPlan:
             if name != "block" or self.block is not None:
                 label = arg if arg == name else f"{arg} (EpochPlan.{name})"
                 sh.check_count(label, getattr(self, name), minimum)
+
+
+def plan_of(shuffle: bool | str | Order = False, seed: int = 0, shuffle_block: int | None = None,
+            shuffle_window: int = 4, last_batch: str = sh.DEFAULT_POLICY,
+            shuffle_partitions: int = sh.DEFAULT_PARTITIONS, order=None) -> EpochPlan:
+    """The order arguments of :class:`lmdbio.Reader` (and :func:`lmdbio.torch.make_plan`) as
+    an EpochPlan: ``order`` (a name or an :class:`~lmdbio.orders.Order`) or its shorthand
+    ``shuffle``, with the other five."""
+    if order is not None and shuffle is not False:
+        raise ConfigurationError(f"order={order!r} and shuffle={shuffle!r} both name the order: "
+                                 "pass one (shuffle= is the shorthand of order=)",
+                                 option="order")
+    return EpochPlan(shuffle if order is None else get_order(order), seed, shuffle_block,
+                     shuffle_window, last_batch, shuffle_partitions)
 
 
 def default_block(n: int, batch: int, mean_size: float) -> int:

@@ -9,7 +9,7 @@ import pytest
 from mpi4py import MPI
 
 import lmdbio
-from conftest import Checker, ranks_per_node, sizes
+from conftest import Checker, on_rank_0, ranks_per_node, sizes
 from lmdbio import shuffle as sh
 from lmdbio.errors import ConfigurationError
 from lmdbio.pipeline import EpochPlan
@@ -98,6 +98,29 @@ def test_ranks_that_load_different_states_all_raise(comm, datasets, nprocs, case
         assert f"batch_size {B + P} in the state, {B} here" in str(raised.value)
         if me != P - 1:
             assert f"rank {P - 1}: the state does not match" in str(raised.value)
+
+
+@sizes(fast=(2,), gate=(3,))
+def test_a_twin_files_state_is_refused_on_every_rank(comm, datasets, shared_tmp, nprocs):
+    """F24: the data set made again with another seed has the same txnid and record count; a
+    state of the one is refused on every rank of a Reader of the other, node readers too."""
+    from lmdbio.datasets import make_dataset
+    from lmdbio.errors import SnapshotError
+
+    db, B = datasets[DB], PER_RANK * comm.size
+    twin = on_rank_0(comm, lambda: make_dataset(shared_tmp / "twin", "cifar10", 203,
+                                                commit_every=50, seed=2))
+    kw = dict(variant="lmdbio-lmm-dio-prov-coal", ranks_per_node=2, shuffle="window", **COMMON)
+    with lmdbio.Reader(db, B, comm, **kw) as r:
+        it = r.epoch(1)
+        next(it)
+        state = json.loads(json.dumps(r.state_dict()))
+        it.close()
+    with lmdbio.Reader(twin, B, comm, **kw) as r:
+        assert (r.txnid, r.n) == (state["dataset"]["txnid"], state["dataset"]["records"])
+        with pytest.raises(SnapshotError, match="another version of the data set") as raised:
+            r.load_state_dict(state)
+        assert raised.value.found == state["dataset"]   # on every rank, rank 0's error or not
 
 
 ELASTIC = dict(shuffle="elastic", seed=4, shuffle_block=7, shuffle_window=3,
