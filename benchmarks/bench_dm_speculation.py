@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     from lmdbio.lab.pfs import mount as pfs
     from lmdbio.lab.cluster import mpiexec
     from lmdbio.lab.experiments import pfs_unavailable
-    from lmdbio.metrics import results_meta
+    from lmdbio.lab.meta import results_meta
 
     why = pfs_unavailable()
     if why:

@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lmdbio.recordindex import build_index  # noqa: E402
-from lmdbio.metrics import evict  # noqa: E402
-from lmdbio.provenance import (arithmetic_offsets, load_provenance, sidecar_path,  # noqa: E402
-                               write_provenance)
+from lmdbio.lab.pagecache import evict  # noqa: E402
+from lmdbio.lab.prov_offsets import arithmetic_offsets  # noqa: E402
+from lmdbio.provenance import load_provenance, sidecar_path, write_provenance  # noqa: E402
 
 VALUE_BYTES = 3087
 

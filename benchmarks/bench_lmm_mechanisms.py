@@ -39,7 +39,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from lmdbio import metrics
+from lmdbio.lab import pagecache
+from lmdbio.lab.meta import results_meta
 from lmdbio.lab.paths import REPO
 from lmdbio.lab.storage.faulters import measure
 
@@ -51,7 +52,7 @@ KEEP = ("wall_s", "user_s", "sys_s", "sleep_s", "vol_cs", "invol_cs", "majflt")
 def _one(setting: str, path: str, k: int, rep: int, evict) -> dict:
     if evict is not None:
         evict()
-    start = metrics.residency(path)
+    start = pagecache.residency(path)
     rows, group_wall = measure(path, k, lambda: None)
     mean = {c: sum(r[c] for r in rows) / len(rows) for c in KEEP}
     return {"setting": setting, "K": k, "repeat": rep, **mean, "group_wall_s": group_wall,
@@ -66,7 +67,7 @@ def run(counts, repeats: int, records: int) -> pd.DataFrame:
     with tempfile.TemporaryDirectory(prefix="lmdbio-lmm-mech-", dir=REPO / "build") as tmp:
         ds = make_dataset(Path(tmp) / "cifar10", "cifar10", records, seed=1, progress=False)
         local = str(Path(ds) / "data.mdb")
-        settings = [("local-cold", local, lambda: metrics.evict(local)),
+        settings = [("local-cold", local, lambda: pagecache.evict(local)),
                     ("local-warm", local, None)]
         why = pfs_unavailable()
         mount = None
@@ -80,7 +81,7 @@ def run(counts, repeats: int, records: int) -> pd.DataFrame:
             pfs_path = os.path.join(m.path(0, Path(ds).name), "data.mdb")
             settings.append(("pfs-cold", pfs_path, lambda: m.evict(0, Path(ds).name)))
         try:
-            metrics.evict(local)
+            pagecache.evict(local)
             with open(local, "rb") as f:      # local-warm starts warm
                 while f.read(1 << 20):
                     pass
@@ -94,7 +95,7 @@ def run(counts, repeats: int, records: int) -> pd.DataFrame:
                               f" majflt {r['majflt']:.1f}, start resident {r['start_resident']:.2f}",
                               file=sys.stderr, flush=True)
                         if setting == "local-warm":
-                            metrics.evict(local)   # the cold settings evict their own copies
+                            pagecache.evict(local)   # the cold settings evict their own copies
                             with open(local, "rb") as f:
                                 while f.read(1 << 20):
                                     pass
@@ -141,10 +142,10 @@ def main(argv=None) -> int:
     df.to_csv(out / "faulters.csv", index=False)
     s = summarize(df)
     s.to_csv(out / "summary.csv", index=False)
-    meta = metrics.results_meta({"experiment": "lmm_mechanisms", "counts": counts,
-                                 "repeats": a.repeats, "records": a.records,
-                                 "kernel_release": os.uname().release, "argv": sys.argv,
-                                 "throttled_source": str(THROTTLED.relative_to(REPO))})
+    meta = results_meta({"experiment": "lmm_mechanisms", "counts": counts,
+                         "repeats": a.repeats, "records": a.records,
+                         "kernel_release": os.uname().release, "argv": sys.argv,
+                         "throttled_source": str(THROTTLED.relative_to(REPO))})
     (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
     print(s.to_string(index=False, float_format="{:,.3f}".format))
     print(f"results: {out}/faulters.csv, summary.csv, meta.json")

@@ -2,7 +2,7 @@
 plus one CSV row per series and repeat).
 
     python benchmarks/bench_mixed_sizes.py [--db DIR] [--records 600] [--batch 32]
-        [--iters 19] [--repeats 3] [--threads 1,2] [--size 224] [--out CSV]
+        [--iters 19] [--repeats 3] [--threads 1,2] [--size 224] [--layout HWC] [--out CSV]
 
 The data set (made at ``--db`` when missing, default ``build/bench-mixed/photos``): JPEG
 Datums of photo-like synthetic images (:func:`lmdbio.datasets.synthetic_images`) whose long
@@ -14,12 +14,16 @@ Series, each reading ``--iters`` batches of ``--batch`` records with ``Reader.re
 
 - ``one_at_a_time``: ``datum.decode_image(datum.decode(record))`` for each record, in one
   thread: what a user does when ``as_datum_array`` refuses a batch of mixed sizes;
-- ``as_datum_list``: ``batch.as_datum_list(threads=T)``;
-- ``resize``: ``batch.as_datum_array(size=(S, S), threads=T)`` (Pillow's bilinear filter);
+- ``as_datum_list``: ``batch.as_datum_list(threads=T, layout=L)``;
+- ``resize``: ``batch.as_datum_array(size=(S, S), threads=T, layout=L)`` (Pillow's bilinear
+  filter);
 - ``dali`` and ``dali_resize``, when NVIDIA DALI imports (from the venv, or from
   ``~/.cache/lmdbio/dali``, where ``pip install --target`` puts it): ``fn.readers.caffe``
   then ``fn.decoders.image(device="cpu")`` (and ``fn.resize`` to S x S) with
   ``num_threads=T`` and ``prefetch_queue_depth=1``, the outputs copied to numpy.
+
+``--layout`` is lmdbio's: ``HWC`` (the default) is DALI's own, so both hand out the same
+arrays; ``CHW`` (Caffe's) adds the channel split DALI does not do.
 
 Every series runs its batches once to warm up; then each repeat times every series, in an
 order reversed every other repeat. Printed per series: records/s, median [min-max] over the
@@ -76,7 +80,7 @@ def import_dali():
     try:
         import nvidia.dali as dali
     except ImportError:
-        from lmdbio.lab.shuffle_quality import dali_target
+        from lmdbio.lab.dali_shuffle import dali_target
 
         sys.path.append(str(dali_target()))
         try:
@@ -124,6 +128,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", default="1,2")
     p.add_argument("--size", type=int, default=224, help="the resize series' S x S")
+    p.add_argument("--layout", choices=datum.LAYOUTS, default="HWC", help="lmdbio's layout")
     p.add_argument("--out", type=Path,
                    default=ROOT / "data" / "results" / "speed_targets" / "mixed_sizes.csv")
     args = p.parse_args()
@@ -140,9 +145,10 @@ def main() -> int:
         steps = {("one_at_a_time", 1): lambda: sum(
             datum.decode_image(datum.decode(r)).shape[0] > 0 for r in read())}
         for t in threads:
-            steps[("as_datum_list", t)] = lambda t=t: len(read().as_datum_list(threads=t)[1])
-            steps[("resize", t)] = lambda t=t: len(
-                read().as_datum_array(size=(args.size, args.size), threads=t)[1])
+            steps[("as_datum_list", t)] = lambda t=t: len(
+                read().as_datum_list(threads=t, layout=args.layout)[1])
+            steps[("resize", t)] = lambda t=t: len(read().as_datum_array(
+                size=(args.size, args.size), threads=t, layout=args.layout)[1])
             if dali is not None:
                 steps[("dali", t)] = dali_step(*dali, args.db, args.batch, t, None)
                 steps[("dali_resize", t)] = dali_step(*dali, args.db, args.batch, t, args.size)
@@ -175,6 +181,7 @@ def main() -> int:
     env.close()
     shapes = np.array(shapes)
     meta = dict(host=platform.node(), cpus=os.cpu_count(), db_records=n, batch=args.batch,
+                layout=args.layout,
                 pillow=__import__("PIL").__version__,
                 dali=dali[0].__version__ if dali is not None else "")
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -186,7 +193,8 @@ def main() -> int:
     print(f"{args.db}: {n} JPEG Datums, {len(set(map(tuple, shapes[:, :2])))} sizes, height "
           f"{shapes[:, 0].min()}-{shapes[:, 0].max()}, width {shapes[:, 1].min()}-"
           f"{shapes[:, 1].max()}, {shapes[:, 2].mean() / 1024:.0f} KiB per JPEG; batch "
-          f"{args.batch} x {args.iters} per block, {args.repeats} interleaved repeats; load "
+          f"{args.batch} x {args.iters} per block, {args.repeats} interleaved repeats, layout "
+          f"{args.layout}; load "
           f"average {load0:.2f} before, {load1:.2f} after, {os.cpu_count()} CPUs; DALI "
           f"{meta['dali'] or 'not importable'}")
     by = {}

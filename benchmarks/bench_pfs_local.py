@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lmdbio.metrics import evict as evict_file
+from lmdbio.lab.pagecache import evict as evict_file
 from lmdbio.lab.pfs import mounted
 
 CHUNK = 4 << 20

@@ -30,7 +30,7 @@ from mpi4py import MPI
 
 import lmdbio
 from lmdbio.format import db_file
-from lmdbio.metrics import evict
+from lmdbio.lab.pagecache import evict
 
 
 def busy(seconds: float) -> None:

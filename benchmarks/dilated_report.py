@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tolerance", type=float, default=0.15,
                     help="a ratio within this fraction of its value at the largest k holds still")
     a = ap.parse_args(argv)
-    from lmdbio.metrics import results_meta
+    from lmdbio.lab.meta import results_meta
 
     df = load(Path(a.work))
     summary = summarize(df)

@@ -6,18 +6,19 @@ optimizations LMM, DM, DIO, PROV, COAL and STAG, which all deliver exactly
 the same records.
 """
 
-from .errors import (AccessError, ConfigurationError, DatasetError, LmdbFormatError, LmdbioError,
-                     PeerError, PeerTimeoutError, ProvenanceError, ResourceError, SnapshotError,
-                     StaleProvenanceError)
+from .errors import (AccessError, ConfigurationError, DatasetError, ImageError, LmdbFormatError,
+                     LmdbioError, PeerError, PeerTimeoutError, ProvenanceError, ResourceError,
+                     SnapshotError, StaleProvenanceError)
 from .options import EXTRA_VARIANTS, VARIANTS, Options, parse_variant
 
+#: The one version source: pyproject.toml reads it ([tool.setuptools.dynamic]).
 __version__ = "0.1.0"
 
 __all__ = [
     "VARIANTS", "EXTRA_VARIANTS", "Options", "parse_variant", "Reader", "Batch", "make_dataset",
     "LmdbioError", "LmdbFormatError", "ProvenanceError", "ConfigurationError",
     "DatasetError", "SnapshotError", "StaleProvenanceError", "AccessError", "PeerError",
-    "PeerTimeoutError", "ResourceError",
+    "PeerTimeoutError", "ResourceError", "ImageError",
 ]
 
 

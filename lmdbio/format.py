@@ -1,9 +1,11 @@
-"""LMDB on-disk format: meta, branch, leaf and overflow pages of both formats (0.9 and 1.0).
+"""LMDB on-disk format: the file, its meta pages, and (re-exported) its pages, both formats.
 
-Pure functions over bytes, plus a few helpers that fetch pages with
-``os.pread``. Every problem with a file is one :class:`LmdbFormatError`
-naming the file, the page and what is wrong. See /work/shared/LMDB-FORMAT.md
-and LMDB's ``mdb.c`` for the layout.
+Opening a data.mdb (:func:`db_file`, :func:`open_readonly`), reading and
+validating its meta pages (:func:`read_meta`). The layout's constants and
+structures are :mod:`lmdbio.layout`'s, page decoding is :mod:`lmdbio.pages`';
+both are importable from here. Every problem with a file is one
+:class:`LmdbFormatError` naming the file, the page and what is wrong. LMDB's
+``mdb.c`` is the reference for the layout.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 import os
 import stat
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from .errors import AccessError, LmdbFormatError, LmdbioError
+from .errors import AccessError, LmdbioError
+from .layout import (F_BIGDATA, F_DUPDATA, F_SUBDATA, FORMATS, MAGIC, MAX_DEPTH, P_BRANCH, P_DIRTY,
+                     P_INVALID, P_LEAF, P_LEAF2, P_META, P_OVERFLOW, P_SUBP, LeafNodes, MetaInfo,
+                     PageHeader, page_error, past_end)
+from .pages import (branch_children, branch_keys, check_page, leaf_keys, leaf_nodes, leaf_table,
+                    node_pointers, overflow_pages, page_header, pread_exact, read_page, read_pages)
 
 __all__ = [
     "MAGIC", "P_BRANCH", "P_LEAF", "P_OVERFLOW", "P_META", "P_LEAF2", "P_SUBP",
@@ -26,19 +30,9 @@ __all__ = [
     "page_header", "check_page", "node_pointers", "branch_children", "branch_keys",
     "leaf_table", "leaf_nodes", "leaf_keys", "validate_meta",
     "overflow_pages", "read_page", "read_pages", "page_error", "past_end",
+    "P_DIRTY", "MAX_DEPTH", "FORMATS", "pread_exact",
 ]
 
-MAGIC = 0xBEEFC0DE
-P_BRANCH, P_LEAF, P_OVERFLOW, P_META, P_DIRTY, P_LEAF2, P_SUBP = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40
-F_BIGDATA, F_SUBDATA, F_DUPDATA = 0x01, 0x02, 0x04
-P_INVALID = 0xFFFFFFFFFFFFFFFF
-# LMDB's cursor stack is 32 deep; no real tree comes close.
-MAX_DEPTH = 32
-
-# format_version -> (page header size, PAGEBASE). 0.9 writes data version 1,
-# 1.0 writes data version 3 with a 24-byte header (pgno, txnid, pad, flags, lower, upper).
-_FORMATS = {1: (16, 0), 3: (24, 24)}
-_FORMAT_NAMES = {1: "0.9", 3: "1.0"}
 _META_READ = 512
 _DB = struct.Struct("<IHHQQQQQ")  # pad, flags, depth, branch, leaf, overflow, entries, root
 # REVERSEKEY | DUPSORT | INTEGERKEY | DUPFIXED | INTEGERDUP | REVERSEDUP: what a DB record may hold.
@@ -46,79 +40,6 @@ _PERSISTENT_DB_FLAGS = 0x7E
 _DUPSORT_ONLY = 0x70   # DUPFIXED | INTEGERDUP | REVERSEDUP
 # No real map is larger (64 TiB); LMDB would fail to map one.
 _MAX_MAP = 1 << 46
-
-
-@dataclass(frozen=True)
-class MetaInfo:
-    """The current meta page of a data.mdb: format, page size and main DB record."""
-
-    format_version: int      # 1 (LMDB 0.9 files) or 3 (LMDB 1.0 files)
-    psize: int
-    header_size: int         # page header bytes: 16 (0.9) or 24 (1.0)
-    txnid: int
-    last_pgno: int
-    root: int | None         # root page of the main DB; None when the DB is empty
-    depth: int
-    entries: int
-    branch_pages: int
-    leaf_pages: int
-    overflow_pages: int
-    mapsize: int
-    file_size: int
-    db_flags: int = 0        # main DB flags (DUPSORT 0x04, INTEGERKEY 0x08, ...)
-    meta_page: int = 0       # which meta page (0 or 1) is current
-    path: str = ""           # the data.mdb this came from (for error messages)
-    free_root: int | None = None  # root page of the free-page DB; None when it is empty
-    free_pages: int = 0      # branch + leaf + overflow pages of the free-page DB
-    free_flags: int = 0      # free-page DB flags (INTEGERKEY)
-    free_depth: int = 0
-    db_pad: int = 0          # main DB md_pad (LEAF2 key size; 0 for plain DBs)
-
-    @property
-    def format_name(self) -> str:
-        """``"0.9"`` or ``"1.0"``."""
-        return _FORMAT_NAMES[self.format_version]
-
-    @property
-    def pagebase(self) -> int:
-        """Where node offsets and lower/upper count from: 0 (0.9) or 24 (1.0)."""
-        return _FORMATS[self.format_version][1]
-
-    @property
-    def file_pages(self) -> int:
-        return self.file_size // self.psize
-
-    def identity(self) -> dict:
-        """The fields that change when the database changes (for staleness checks)."""
-        return {"format_version": self.format_version, "psize": self.psize, "txnid": self.txnid,
-                "last_pgno": self.last_pgno, "file_size": self.file_size}
-
-
-@dataclass(frozen=True)
-class PageHeader:
-    """The fixed header of one page."""
-
-    pgno: int
-    flags: int
-    lower: int    # for overflow pages: low half of the page count
-    upper: int    # for overflow pages: high half of the page count
-
-
-@dataclass(frozen=True)
-class LeafNodes:
-    """The node table of one leaf page, decoded into arrays (one entry per node)."""
-
-    pos: np.ndarray        # int64 node start within the page
-    ksize: np.ndarray      # int64 key size
-    flags: np.ndarray      # int64 node flags
-    size: np.ndarray       # int64 value size
-    data_pos: np.ndarray   # int64 start of the node's data field within the page
-    ov_pgno: np.ndarray    # int64 first overflow page of BIGDATA nodes, -1 elsewhere
-
-
-def page_error(path, pgno, problem: str) -> LmdbFormatError:
-    where = f"page {pgno}" if pgno is not None else "file"
-    return LmdbFormatError(f"{path}: {where}: {problem}")
 
 
 _PASS = "pass an LMDB directory or its data.mdb file"
@@ -203,14 +124,6 @@ def _open(path_or_fd, name: str | None = None) -> tuple[int, bool, str]:
     return open_readonly(f), True, str(f)
 
 
-def _pread_exact(fd: int, n: int, off: int, path, pgno) -> bytes:
-    buf = os.pread(fd, n, off)
-    if len(buf) != n:
-        raise page_error(path, pgno, f"file ends inside the page (wanted {n} bytes at offset {off}, "
-                                f"got {len(buf)}); the file is truncated")
-    return buf
-
-
 def _first_magic(head: bytes) -> int | None:
     """Where py-lmdb finds the meta magic: the first 4-byte-aligned hit in the first 64 bytes.
 
@@ -224,7 +137,7 @@ def _first_magic(head: bytes) -> int | None:
 
 def _detect_format(head: bytes, path) -> int:
     """Format version from the first bytes of page 0; rejects 32-bit and big-endian files."""
-    for version, (hdr, _) in _FORMATS.items():
+    for version, (hdr, _) in FORMATS.items():
         if len(head) >= hdr + 8:
             magic, ver = struct.unpack_from("<II", head, hdr)
             if magic == MAGIC and ver == version:
@@ -244,7 +157,7 @@ def _detect_format(head: bytes, path) -> int:
             if off == 12 and struct.unpack_from("<I", head, off)[0] == MAGIC:
                 raise page_error(path, 0, "32-bit LMDB file (12-byte page header); only 64-bit files are "
                                      "supported (convert it with mdb_dump/mdb_load on this machine)")
-    for version, (hdr, _) in _FORMATS.items():
+    for version, (hdr, _) in FORMATS.items():
         if len(head) >= hdr + 8:
             magic, ver = struct.unpack_from("<II", head, hdr)
             if magic == MAGIC:
@@ -254,7 +167,7 @@ def _detect_format(head: bytes, path) -> int:
 
 def parse_meta(page: bytes, *, format_version: int, pgno: int, path="data.mdb") -> dict:
     """Decode one meta page (its first bytes suffice) into a dict of raw fields."""
-    hdr, _ = _FORMATS[format_version]
+    hdr, _ = FORMATS[format_version]
     if len(page) < hdr + 136:
         raise page_error(path, pgno, "meta page is truncated")
     page_pgno = struct.unpack_from("<Q", page, 0)[0]
@@ -289,7 +202,7 @@ def meta_candidates(path_or_fd, *, name: str | None = None) -> list[MetaInfo]:
             raise page_error(name, None, f"file is {file_size} bytes, too short for an LMDB meta page "
                                     "(truncated or not an LMDB file)")
         version = _detect_format(head, name)
-        hdr, _ = _FORMATS[version]
+        hdr, _ = FORMATS[version]
         m0 = parse_meta(head, format_version=version, pgno=0, path=name)
         psize = m0["psize"]
         if psize < 512 or psize > 65536 or psize & (psize - 1):
@@ -298,7 +211,7 @@ def meta_candidates(path_or_fd, *, name: str | None = None) -> list[MetaInfo]:
         if file_size < 2 * psize:
             raise page_error(name, 1, f"file is {file_size} bytes, shorter than two {psize}-byte meta "
                                  "pages; the file is truncated")
-        m1 = parse_meta(_pread_exact(fd, _META_READ, psize, name, 1), format_version=version,
+        m1 = parse_meta(pread_exact(fd, _META_READ, psize, name, 1), format_version=version,
                         pgno=1, path=name)
         # A writer extends the file before it writes a meta naming the new pages: the size
         # taken after reading the metas covers them.
@@ -406,256 +319,3 @@ def read_meta(path_or_fd, *, name: str | None = None) -> MetaInfo:
     m0, m1 = meta_candidates(path_or_fd, name=name)
     cur = m1 if m1.txnid > m0.txnid else m0
     return validate_meta(cur)
-
-
-# ---------------------------------------------------------------- pages
-
-def past_end(meta: MetaInfo, last: int | None = None) -> str:
-    """The message for a page the tree uses that lies past the end of the file."""
-    what = "the page lies" if last is None else f"page {last} lies"
-    return (f"{what} past the end of the file ({meta.file_pages} pages of {meta.psize} bytes); "
-            "the file is truncated")
-
-
-def read_page(fd: int, meta: MetaInfo, pgno: int) -> bytes:
-    """One page by pread; page numbers are checked against the meta and the file first."""
-    if pgno < 2 or pgno > meta.last_pgno:
-        raise page_error(meta.path, pgno, f"page number is outside 2..{meta.last_pgno}")
-    if pgno >= meta.file_pages:
-        raise page_error(meta.path, pgno, past_end(meta))
-    return _pread_exact(fd, meta.psize, pgno * meta.psize, meta.path, pgno)
-
-
-def read_pages(fd: int, meta: MetaInfo, pgno: int, count: int) -> bytes:
-    """``count`` consecutive pages from ``pgno`` in one pread."""
-    last = pgno + count - 1
-    if pgno < 2 or last > meta.last_pgno:
-        raise page_error(meta.path, pgno, f"pages {pgno}..{last} are outside 2..{meta.last_pgno}")
-    if last >= meta.file_pages:
-        raise page_error(meta.path, pgno, past_end(meta, last))
-    return _pread_exact(fd, meta.psize * count, pgno * meta.psize, meta.path, pgno)
-
-
-def page_header(page: bytes, header_size: int) -> PageHeader:
-    """Decode the fixed header of a page (either format)."""
-    pgno = struct.unpack_from("<Q", page, 0)[0]
-    _pad, flags, lower, upper = struct.unpack_from("<HHHH", page, header_size - 8)
-    return PageHeader(pgno, flags, lower, upper)
-
-
-def check_page(page: bytes, meta: MetaInfo, pgno: int, want_flag: int) -> PageHeader:
-    """Header of a branch/leaf page, checked: own pgno, type, lower/upper bounds."""
-    h = page_header(page, meta.header_size)
-    kind = {P_BRANCH: "branch", P_LEAF: "leaf", P_OVERFLOW: "overflow"}[want_flag]
-    if h.pgno != pgno:
-        raise page_error(meta.path, pgno, f"page header says pgno {h.pgno} (zeroed or misplaced page)")
-    if h.flags & (P_BRANCH | P_LEAF | P_OVERFLOW | P_META | P_LEAF2 | P_SUBP) != want_flag:
-        raise page_error(meta.path, pgno, f"expected a {kind} page, flags are {h.flags:#x}")
-    if meta.format_version == 1 and h.flags & P_DIRTY:
-        raise page_error(meta.path, pgno, f"page has the DIRTY flag ({h.flags:#x}), which a committed "
-                                     "page never has")
-    if meta.format_version == 3:
-        txnid = struct.unpack_from("<Q", page, 8)[0]
-        if txnid > meta.txnid:
-            # LMDB 1.0 takes such a page for one being written, and refuses it.
-            raise page_error(meta.path, pgno, f"page header says txnid {txnid}, newer than the "
-                                         f"database's {meta.txnid}")
-    if want_flag != P_OVERFLOW:
-        base = meta.pagebase
-        if (h.lower & 1 or h.lower < meta.header_size - base or h.lower > h.upper
-                or h.upper + base > meta.psize):
-            raise page_error(meta.path, pgno, f"bad node table bounds lower={h.lower} upper={h.upper}")
-    return h
-
-
-def node_pointers(page: bytes, meta: MetaInfo, pgno: int, h: PageHeader) -> np.ndarray:
-    """Node start offsets within the page (int64), checked to lie inside the node area."""
-    base = meta.pagebase
-    n = (h.lower - (meta.header_size - base)) // 2
-    ptr = np.frombuffer(page, dtype="<u2", count=n, offset=meta.header_size).astype(np.int64) + base
-    if n:
-        lo, hi = h.upper + base, meta.psize - 8
-        bad = (ptr < lo) | (ptr > hi) | (ptr & 1).astype(bool)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise page_error(meta.path, pgno, f"node {i} offset {int(ptr[i])} is outside the node area "
-                                         f"{lo}..{hi} or odd")
-    return ptr
-
-
-def _u16_fields(page: bytes, ptr: np.ndarray) -> tuple[np.ndarray, ...]:
-    words = np.frombuffer(page, dtype="<u2")
-    w = ptr // 2
-    return (words[w].astype(np.int64), words[w + 1].astype(np.int64),
-            words[w + 2].astype(np.int64), words[w + 3].astype(np.int64))
-
-
-def branch_children(page: bytes, meta: MetaInfo, pgno: int) -> np.ndarray:
-    """Child page numbers (int64) of a branch page, in key order."""
-    h = check_page(page, meta, pgno, P_BRANCH)
-    ptr = node_pointers(page, meta, pgno, h)
-    if len(ptr) < 2:
-        # LMDB merges a branch page that falls under two keys, and asserts on one it meets.
-        raise page_error(meta.path, pgno, f"branch page has {len(ptr)} node(s); every branch page of "
-                                     "an LMDB main DB has at least 2")
-    lo, hi, fl, ksize = _u16_fields(page, ptr)
-    end = ptr + 8 + ksize
-    if (end > meta.psize).any():
-        i = int(np.argmax(end > meta.psize))
-        raise page_error(meta.path, pgno, f"branch node {i} key of {int(ksize[i])} bytes runs past the page end")
-    return lo | (hi << 16) | (fl << 32)
-
-
-def branch_keys(page: bytes, meta: MetaInfo, pgno: int) -> list[bytes]:
-    """Separator keys of a branch page (the first is empty)."""
-    h = check_page(page, meta, pgno, P_BRANCH)
-    ptr = node_pointers(page, meta, pgno, h)
-    _, _, _, ksize = _u16_fields(page, ptr)
-    return [bytes(page[p + 8:p + 8 + k]) for p, k in zip(ptr.tolist(), ksize.tolist())]
-
-
-def leaf_table(pages: np.ndarray, pgnos: np.ndarray, meta: MetaInfo) -> tuple[LeafNodes, np.ndarray]:
-    """Decode the node tables of many leaf pages at once with numpy.
-
-    Args:
-        pages: uint8 array (n_pages, psize), the raw leaf pages.
-        pgnos: int64 page numbers the pages were read from.
-        meta: the file's meta (format, page size).
-    Returns:
-        (nodes of all pages concatenated in page order, int64 node count per page).
-    Raises:
-        LmdbFormatError naming the first bad page: wrong pgno or type, node table
-        bounds, node offsets or sizes past the page end, DUPSORT nodes.
-    """
-    hdr, base, psize = meta.header_size, meta.pagebase, meta.psize
-    npg = pages.shape[0]
-    words = pages.view("<u2")
-    own = np.ascontiguousarray(pages[:, :8]).view("<u8").ravel()
-    flags, lower, upper = (words[:, (hdr - 6) // 2].astype(np.int64),
-                           words[:, (hdr - 4) // 2].astype(np.int64),
-                           words[:, (hdr - 2) // 2].astype(np.int64))
-    kinds = flags & (P_BRANCH | P_LEAF | P_OVERFLOW | P_META | P_LEAF2 | P_SUBP)
-    bad = own != pgnos.astype(np.uint64)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise page_error(meta.path, int(pgnos[i]), f"page header says pgno {int(own[i])} "
-                                               "(zeroed or misplaced page)")
-    bad = kinds != P_LEAF
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise page_error(meta.path, int(pgnos[i]), f"expected a leaf page, flags are {int(flags[i]):#x}")
-    if meta.format_version == 1:
-        bad = (flags & P_DIRTY) != 0
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise page_error(meta.path, int(pgnos[i]), f"page has the DIRTY flag ({int(flags[i]):#x}), "
-                                                   "which a committed page never has")
-    if meta.format_version == 3:
-        txnids = np.ascontiguousarray(pages[:, 8:16]).view("<u8").ravel()
-        bad = txnids > meta.txnid
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise page_error(meta.path, int(pgnos[i]), f"page header says txnid {int(txnids[i])}, newer "
-                                                   f"than the database's {meta.txnid}")
-    bad = (lower & 1).astype(bool) | (lower < hdr - base) | (lower > upper) | (upper + base > psize)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise page_error(meta.path, int(pgnos[i]), f"bad node table bounds lower={int(lower[i])} "
-                                               f"upper={int(upper[i])}")
-    counts = (lower - (hdr - base)) // 2
-    bad = counts == 0
-    if bad.any():
-        # LMDB never keeps an empty leaf in a tree (an empty DB has no root), and its
-        # cursor would read node 0 of one anyway.
-        raise page_error(meta.path, int(pgnos[int(np.argmax(bad))]), "leaf page has no nodes")
-    total = int(counts.sum())
-    page_of = np.repeat(np.arange(npg, dtype=np.int64), counts)
-    first = np.cumsum(counts) - counts
-    slot = np.arange(total, dtype=np.int64) - np.repeat(first, counts)
-    ptr = words[page_of, hdr // 2 + slot].astype(np.int64) + base
-    bad = (ptr < np.repeat(upper, counts) + base) | (ptr > psize - 8) | (ptr & 1).astype(bool)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise page_error(meta.path, int(pgnos[page_of[i]]), f"node {int(slot[i])} offset {int(ptr[i])} "
-                                                        "is outside the node area or odd")
-    flat = words.reshape(-1)
-    w = page_of * (psize // 2) + ptr // 2
-    lo, hi, fl, ksize = (flat[w].astype(np.int64), flat[w + 1].astype(np.int64),
-                         flat[w + 2].astype(np.int64), flat[w + 3].astype(np.int64))
-    size = lo | (hi << 16)
-    kend = ptr + 8 + ksize
-    data_pos = kend + (kend & 1) if meta.format_version == 3 else kend
-    if (fl & F_DUPDATA).any():
-        i = int(np.argmax((fl & F_DUPDATA) != 0))
-        raise page_error(meta.path, int(pgnos[page_of[i]]), "DUPSORT node in the main DB; lmdbio reads "
-                                                        "plain key/value databases only")
-    if (fl & F_SUBDATA).any():
-        raise _subdatabases(pages, page_of, ptr, ksize, fl, pgnos, meta)
-    big = (fl & F_BIGDATA) != 0
-    field = np.where(big, 8 if meta.format_version == 1 else 24, size)
-    bad = data_pos + field > psize
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise page_error(meta.path, int(pgnos[page_of[i]]),
-                    f"leaf node {int(slot[i])} (key {int(ksize[i])} bytes, data {int(field[i])} "
-                    f"bytes at {int(data_pos[i])}) runs past the page end")
-    ov = np.full(total, -1, dtype=np.int64)
-    if big.any():
-        at = page_of[big] * psize + data_pos[big]
-        raw = pages.reshape(-1)[at[:, None] + np.arange(8)]
-        pg = np.ascontiguousarray(raw).view("<u8").ravel()
-        bad = (pg < 2) | (pg > meta.last_pgno)
-        if bad.any():
-            i = int(np.flatnonzero(big)[np.argmax(bad)])
-            raise page_error(meta.path, int(pgnos[page_of[i]]),
-                        f"leaf node {int(slot[i])}: overflow value at page {int(pg[np.argmax(bad)])} "
-                        f"is outside 2..{meta.last_pgno}")
-        ov[big] = pg.astype(np.int64)
-    return LeafNodes(ptr, ksize, fl, size, data_pos, ov), counts
-
-
-def _subdatabases(pages, page_of, ptr, ksize, fl, pgnos, meta) -> LmdbFormatError:
-    """The error for a main DB that holds named sub-databases (nodes flagged SUBDATA).
-
-    Such a node's value is the sub-database's 48-byte descriptor, not a record:
-    reading it as one would deliver the descriptor. A main DB with both plain
-    records and named sub-databases is refused too: which of them are "the
-    dataset" is not ours to guess.
-    """
-    sub = np.flatnonzero((fl & F_SUBDATA) != 0)
-    flat = pages.reshape(-1)
-    psize = pages.shape[1]
-    names = []
-    for i in sub[:8].tolist():
-        at = int(page_of[i]) * psize + int(ptr[i]) + 8
-        names.append(bytes(flat[at:at + int(ksize[i])]).decode("utf-8", "backslashreplace"))
-    more = f" and {len(sub) - len(names)} more" if len(sub) > len(names) else ""
-    plain = len(fl) - len(sub)
-    also = (f"; the same leaf pages also hold {plain} plain record(s), refused with them"
-            if plain else "")
-    return page_error(meta.path, int(pgnos[page_of[sub[0]]]),
-                 f"the main database holds named sub-database(s) "
-                 f"{', '.join(map(repr, names))}{more}{also}. lmdbio reads the records of the "
-                 "main (unnamed) database only, and would deliver each sub-database's 48-byte "
-                 "descriptor as a record. Write the records into the main database (py-lmdb: "
-                 "txn.put(key, value) without db=, as Caffe's convert_imageset does), or copy "
-                 "the named database's records into the main database of a new file")
-
-
-def leaf_nodes(page: bytes, meta: MetaInfo, pgno: int) -> LeafNodes:
-    """Decode one leaf page's node table (see :func:`leaf_table`)."""
-    arr = np.frombuffer(page, dtype=np.uint8).reshape(1, -1)
-    nodes, _ = leaf_table(arr, np.array([pgno], dtype=np.int64), meta)
-    return nodes
-
-
-def leaf_keys(page: bytes, nodes: LeafNodes, start: int = 0, stop: int | None = None) -> list[bytes]:
-    """Keys of nodes [start, stop) of a decoded leaf page."""
-    pos = nodes.pos[start:stop].tolist()
-    ks = nodes.ksize[start:stop].tolist()
-    return [bytes(page[p + 8:p + 8 + k]) for p, k in zip(pos, ks)]
-
-
-def overflow_pages(size, header_size: int, psize: int):
-    """Pages an overflow value of ``size`` bytes occupies (LMDB's OVPAGES); works on arrays."""
-    return (header_size - 1 + size) // psize + 1

@@ -1,20 +1,26 @@
-"""Measurement: phase timers (getrusage, /proc/self/io), resident memory, page-cache control."""
+"""Measurement: phase timers (getrusage, /proc/self/io) and resident memory.
+
+Page-cache control (``evict``, ``residency``, ``resident_pages``) and results
+metadata (``host_meta``, ``git_commit``, ``results_meta``,
+``write_results_meta``) belong to the reproduction lab: :mod:`lmdbio.lab.pagecache`
+and :mod:`lmdbio.lab.meta`. Their old spellings here still work and warn.
+"""
 
 from __future__ import annotations
 
-import ctypes
-import functools
-import ctypes.util
-import mmap
-import os
 import resource
 import time
 
-import numpy as np
+from .deprecation import moved
 
-__all__ = ["PhaseRecorder", "proc_io", "memory", "evict", "residency", "resident_pages",
-           "rusage_snapshot", "totals_snapshot", "totals_row", "with_total", "host_meta",
-           "git_commit", "results_meta", "write_results_meta"]
+__all__ = ["PhaseRecorder", "proc_io", "memory", "rusage_snapshot", "totals_snapshot",
+           "totals_row", "with_total"]
+
+#: Names that moved to the lab, and where (reading one here warns).
+MOVED = {**{n: "lmdbio.lab.pagecache" for n in ("evict", "residency", "resident_pages")},
+         **{n: "lmdbio.lab.meta" for n in ("host_meta", "git_commit", "results_meta",
+                                           "write_results_meta")}}
+__getattr__ = moved(__name__, MOVED)
 
 _RUSAGE_FIELDS = ("ru_utime", "ru_stime", "ru_nvcsw", "ru_nivcsw", "ru_minflt", "ru_majflt")
 
@@ -178,150 +184,3 @@ class PhaseRecorder:
     def clear(self) -> None:
         self._raw.clear()
         self._rows.clear()
-
-
-def evict(path: str | os.PathLike) -> None:
-    """Drop a file's pages from the page cache (posix_fadvise DONTNEED; no root needed)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        # Dirty pages cannot be dropped: flush first (works on a read-only fd on Linux).
-        os.fdatasync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-_libc = None
-
-
-def _lib():
-    global _libc
-    if _libc is None:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                              ctypes.c_int, ctypes.c_long]
-        libc.mmap.restype = ctypes.c_void_p
-        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-        _libc = libc
-    return _libc
-
-
-def resident_pages(path: str | os.PathLike) -> np.ndarray:
-    """Bool per page of a file: True where it is in the page cache.
-
-    mincore over a fresh read-only map; mapping does not fault pages in, so
-    measuring does not change the answer.
-    """
-    size = os.path.getsize(path)
-    npages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
-    vec = np.zeros(npages, dtype=np.uint8)
-    if size == 0:
-        return vec.astype(bool)
-    libc = _lib()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if addr in (None, ctypes.c_void_p(-1).value):
-            err = ctypes.get_errno()
-            raise OSError(err, f"mmap of {path} failed: {os.strerror(err)}")
-        try:
-            if libc.mincore(addr, size, vec.ctypes.data) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"mincore on {path} failed: {os.strerror(err)}")
-        finally:
-            libc.munmap(addr, size)
-    finally:
-        os.close(fd)
-    return (vec & 1).astype(bool)
-
-
-def residency(path: str | os.PathLike) -> float:
-    """Fraction of a file's pages in the page cache."""
-    pages = resident_pages(path)
-    return float(pages.mean()) if len(pages) else 0.0
-
-
-# --------------------------------------------------------------------------- where results were made
-
-
-def git_commit(repo: str | os.PathLike | None = None) -> str:
-    """The checkout's commit, with ``-dirty`` when tracked files changed; "unknown" outside git."""
-    import subprocess
-    from pathlib import Path
-
-    here = Path(repo) if repo else Path(__file__).resolve().parent.parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return sha + ("-dirty" if dirty else "") if sha else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-@functools.lru_cache(maxsize=1)
-def _mpi_library() -> str:
-    """The MPI library's version string, without initializing MPI in this process."""
-    import subprocess
-    import sys
-
-    if "mpi4py.MPI" in sys.modules:
-        from mpi4py import MPI
-
-        return MPI.Get_library_version().strip()
-    try:
-        out = subprocess.run([sys.executable, "-c",
-                              "from mpi4py import MPI; print(MPI.Get_library_version())"],
-                             capture_output=True, text=True, timeout=60)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def host_meta() -> dict:
-    """Where results were made: host, cores, memory, OS and software versions (one flat dict).
-
-    The one schema for every results folder (``meta.json``'s ``host``), written
-    by the bench and the notebook runner alike.
-    """
-    import platform
-    import socket
-    from importlib import metadata
-
-    meta = {"hostname": socket.gethostname(), "cores": os.cpu_count(),
-            "machine": platform.machine(), "os": platform.platform(),
-            "python": platform.python_version(), "numpy": np.__version__}
-    try:
-        meta["memory_bytes"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        meta["memory_bytes"] = None
-    for dist, key in (("lmdb", "py_lmdb"), ("mpi4py", "mpi4py"), ("mpich", "mpich_wheel"),
-                      ("pandas", "pandas")):
-        try:
-            meta[key] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
-    from .lmdbenv import liblmdb_version
-
-    if liblmdb_version() is not None:
-        meta["liblmdb"] = liblmdb_version()
-    meta["mpi"] = _mpi_library()
-    return meta
-
-
-def results_meta(config: dict, **extra) -> dict:
-    """meta.json of a results folder: ``host`` (:func:`host_meta`), commit, time, config, ``extra``."""
-    return {"host": host_meta(), "git_commit": git_commit(),
-            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config": config, **extra}
-
-
-def write_results_meta(out_dir: str | os.PathLike, config: dict, **extra) -> str:
-    """Write :func:`results_meta` as ``out_dir/meta.json`` (the one writer); returns its path."""
-    import json
-
-    path = os.path.join(out_dir, "meta.json")
-    with open(path, "w") as f:
-        f.write(json.dumps(results_meta(config, **extra), indent=2, default=str) + "\n")
-    return path

@@ -10,15 +10,15 @@ version of the file is refused with an error that says how to refresh it.
 Anyone can recompute a sidecar's digest, so the digest only catches damage.
 What makes a sidecar trustworthy is :meth:`Provenance.verify_share`: the
 leaf pages and branch pages of the file itself must agree with every extent
-it gives. Ranks split that check (:func:`verify_shares`), each reading a
-share of the leaf pages; together they prove the sidecar equals the record
-index (:func:`lmdbio.recordindex.build_index`). A passed check is stamped in the
+it gives (:mod:`lmdbio.provcheck`). Ranks split that check (:func:`verify_shares`),
+each reading a share of the leaf pages; together they prove the sidecar equals
+the record index (:func:`lmdbio.recordindex.build_index`). A passed check is stamped in the
 user's cache (:mod:`lmdbio.verified`), so it is paid once per version of the
 file and sidecar, not at every open (:func:`verify_provenance` pays it ahead).
 
-Also here: :func:`arithmetic_offsets`, the paper's purely arithmetic model of
-where an append-order writer puts each value (reference: ``compute_data_offsets``
-in pmodels/lmdbio), for comparing with the truth.
+The paper's purely arithmetic model of where an append-order writer puts each
+value (``arithmetic_offsets``, ``model_parameters``) is the lab's:
+:mod:`lmdbio.lab.prov_offsets` (the old spellings here still work and warn).
 """
 
 from __future__ import annotations
@@ -27,24 +27,27 @@ import hashlib
 import io
 import os
 import struct
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from . import format as fmt
-from .errors import LmdbFormatError, LmdbioError, ProvenanceError, StaleProvenanceError
+from .deprecation import moved
+from .errors import LmdbioError, ProvenanceError, StaleProvenanceError
+from .provcheck import ShareCheck, check_share, verify_shares
 
 __all__ = ["SIDECAR_NAME", "sidecar_path", "Provenance", "ShareCheck", "encode_runs",
            "write_provenance", "load_provenance", "verify_shares", "verify_provenance",
-           "provenance_status",           "arithmetic_offsets", "model_parameters"]
+           "provenance_status"]
+
+#: The paper's arithmetic model moved to the reproduction lab (reading one here warns).
+MOVED = dict.fromkeys(["arithmetic_offsets", "model_parameters"], "lmdbio.lab.prov_offsets")
+__getattr__ = moved(__name__, MOVED)
 
 SIDECAR_NAME = "lmdbio-provenance.npz"
 _SCHEMA = 2
 _IDENTITY = ("format_version", "psize", "txnid", "last_pgno", "file_size")
-# Leaf pages decoded per numpy batch in a check (memory: psize * batch).
-_CHECK_BATCH = 2048
 
 
 def sidecar_path(path: str | os.PathLike) -> Path:
@@ -104,18 +107,6 @@ def _decode_runs(start, base, stride, n, lo: int, hi: int) -> np.ndarray:
     k = np.repeat(ks, lens)
     i = np.arange(lo, hi, dtype=np.int64)
     return base[k] + (i - start[k]) * stride[k]
-
-
-@dataclass(frozen=True)
-class ShareCheck:
-    """What one share of a sidecar's check against its file covered and cost."""
-
-    part: int
-    parts: int
-    leaves: int        # leaf pages checked, node by node
-    records: int       # records whose extents were compared with their leaf node
-    pages: int         # pages read: this share's leaves, plus the branch pages in part 0
-    seconds: float
 
 
 @dataclass
@@ -233,163 +224,19 @@ class Provenance:
                      parts: int = 1) -> ShareCheck:
         """Check share ``part`` of ``parts`` of the sidecar against the file, leaf by leaf.
 
-        The share is the leaves ``k`` with ``k % parts == part``: each such leaf
-        page is read (consecutive page numbers in one pread) and must carry its
-        own page number and the LEAF flag, hold exactly the sidecar's count of
-        records, and give every node's value location (first overflow page, or
-        the data inside the leaf) and size exactly as :meth:`extents` does. Every
-        share also checks the sidecar's arrays against ``meta`` and that every
-        extent lies in the file (no page read). Part 0 also walks the branch pages
-        from ``meta``'s root and requires ``leaf_pgnos`` to be the tree's leaves in
-        key order. So the shares of ``parts`` ranks together prove the sidecar
-        equals the record index of the file.
-
-        Args:
-            fd: the data.mdb, open for reading.
-            meta: the meta of the version read (a snapshot's, or ``read_meta``'s).
-            part, parts: which share; ``parts=1`` checks everything.
-        Returns:
-            A :class:`ShareCheck` (what was read, and how long it took).
-        Raises:
-            StaleProvenanceError: the first record (or leaf) that disagrees, what
-                the sidecar says and what the file says, and how to rewrite it.
-            LmdbFormatError: a damaged branch page (the file, not the sidecar).
+        :func:`lmdbio.provcheck.check_share` says what is read and compared;
+        the shares of ``parts`` ranks together prove the sidecar equals the
+        record index of the file. Returns a :class:`ShareCheck`; raises
+        StaleProvenanceError at the first record that disagrees.
         """
-        if parts < 1 or not 0 <= part < parts:
-            raise ValueError(f"share {part} of {parts} does not exist; use 0 <= part < parts")
-        t0 = time.perf_counter()
-        problem = self._layout_problem(meta)
-        if problem:
-            raise self._mismatch(meta, problem)
-        offs, sizes = self.extents(0, self.n)
-        offs, sizes = offs.view(np.int64), sizes.astype(np.int64)
-        self._check_in_file(fd, meta, offs, sizes)
-        pages = 0
-        if part == 0:
-            tree, pages = _tree_leaves(fd, meta)
-            ours = self.leaf_pgnos.astype(np.int64)
-            m = min(len(tree), len(ours))
-            differ = np.flatnonzero(tree[:m] != ours[:m])
-            if len(differ) or len(tree) != len(ours):
-                k = int(differ[0]) if len(differ) else m
-                say = f"page {int(ours[k])}" if k < len(ours) else "no more leaves"
-                truth = f"page {int(tree[k])}" if k < len(tree) else "no more leaves"
-                raise self._mismatch(meta, f"leaf {k} in key order (records from "
-                                           f"{int(self.leaf_starts[min(k, len(ours))])}): the "
-                                           f"sidecar says {say}, the file's tree says {truth} "
-                                           f"({len(ours)} vs {len(tree)} leaves)")
-        ks = np.arange(part, len(self.leaf_pgnos), parts, dtype=np.int64)
-        # Read in page order, so leaves that lie back to back cost one pread.
-        ks = ks[np.argsort(self.leaf_pgnos[ks], kind="stable")]
-        first: tuple[int, str] | None = None   # (record, problem) with the lowest record
-        records = 0
-        for b in range(0, len(ks), _CHECK_BATCH):
-            kb = ks[b:b + _CHECK_BATCH]
-            found = self._check_leaves(fd, meta, kb, offs, sizes)
-            pages += len(kb)
-            records += int((self.leaf_starts[kb + 1] - self.leaf_starts[kb]).sum())
-            if found is not None and (first is None or found[0] < first[0]):
-                first = found
-        if first is not None:
-            raise self._mismatch(meta, first[1])
-        return ShareCheck(part, parts, len(ks), records, pages, time.perf_counter() - t0)
+        return check_share(self, fd, meta, part, parts)
 
-    def _check_leaves(self, fd: int, meta: fmt.MetaInfo, kb: np.ndarray, offs: np.ndarray,
-                      sizes: np.ndarray) -> tuple[int, str] | None:
-        """Leaves ``kb`` (ascending pages) against the sidecar: the first bad record, or None."""
-        from .recordindex import pread_pages
+    def content_digest(self) -> str:
+        """The sha256 of the arrays: :attr:`digest` when loaded from a file, else computed."""
+        return self.digest or self._digest(self._arrays())
 
-        ps, hdr = meta.psize, meta.header_size
-        pg = self.leaf_pgnos[kb].astype(np.int64)
-        lo = self.leaf_starts[kb]
-        want = self.leaf_starts[kb + 1] - lo
-        bad = (pg < 2) | (pg > meta.last_pgno) | (pg >= meta.file_pages)
-        if bad.any():
-            j = int(np.argmin(np.where(bad, lo, np.iinfo(np.int64).max)))
-            return int(lo[j]), (f"leaf {int(kb[j])} (records from {int(lo[j])}): the sidecar says "
-                                f"leaf page {int(pg[j])}, which is not a page of the tree "
-                                f"(2..{meta.last_pgno}, file of {meta.file_pages} pages)")
-        raw = b"".join(pread_pages(fd, meta, pg))
-        leaves = np.frombuffer(raw, dtype=np.uint8).reshape(len(pg), ps)
-        try:
-            nodes, cnt = fmt.leaf_table(leaves, pg, meta)
-        except LmdbFormatError as exc:
-            # The sidecar names these pages as leaves; one is not a readable leaf.
-            return int(lo.min()), (f"a page the sidecar gives as a leaf of records "
-                                   f"{int(lo.min())}.. is not a readable leaf page ({exc})")
-        bad = cnt != want
-        if bad.any():
-            j = int(np.argmin(np.where(bad, lo, np.iinfo(np.int64).max)))
-            return int(lo[j]), (f"leaf page {int(pg[j])} (leaf {int(kb[j])}): the sidecar says it "
-                                f"holds records {int(lo[j])}..{int(lo[j] + want[j]) - 1} "
-                                f"({int(want[j])} records), the file says {int(cnt[j])} records")
-        slot = np.arange(len(nodes.size), dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-        rec = np.repeat(lo, cnt) + slot
-        page = np.repeat(pg, cnt)
-        big = (nodes.flags & fmt.F_BIGDATA) != 0
-        where = np.where(big, nodes.ov_pgno * ps + hdr, page * ps + nodes.data_pos)
-        bad = (where != offs[rec]) | (nodes.size != sizes[rec])
-        if not bad.any():
-            return None
-        i = int(np.argmin(np.where(bad, rec, np.iinfo(np.int64).max)))
-        return int(rec[i]), (f"record {int(rec[i])} (node {int(slot[i])} of leaf page "
-                             f"{int(page[i])}): the sidecar says offset {int(offs[rec[i]])} size "
-                             f"{int(sizes[rec[i]])}, the file says offset {int(where[i])} size "
-                             f"{int(nodes.size[i])}")
-
-    def _layout_problem(self, meta: fmt.MetaInfo) -> str | None:
-        """What makes the arrays unusable for ``meta``'s version (no page read), or None."""
-        mine = (self.format_version, self.psize, self.header_size, self.txnid, self.last_pgno)
-        theirs = (meta.format_version, meta.psize, meta.header_size, meta.txnid, meta.last_pgno)
-        if mine != theirs or self.n != meta.entries:
-            return (f"it describes (format, page size, header, txnid, last page, entries) "
-                    f"{mine + (self.n,)}, the file is {theirs + (meta.entries,)}")
-        arrays = ("run_start", "run_base", "run_stride", "size_run_start", "size_run_value",
-                  "size_array", "leaf_pgnos", "leaf_starts")
-        for k in arrays:
-            a = getattr(self, k)
-            if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
-                return f"its {k} is not a 1-D integer array ({a.dtype}, shape {a.shape})"
-        n = self.n
-
-        def runs(start, *others) -> str | None:
-            if any(len(o) != len(start) for o in others):
-                return "has arrays of different lengths"
-            if n and (len(start) == 0 or start[0] != 0 or (np.diff(start) <= 0).any()
-                      or start[-1] >= n):
-                return f"does not cover records 0..{n - 1} in increasing runs"
-            return None
-
-        problem = runs(self.run_start, self.run_base, self.run_stride)
-        if problem:
-            return f"its offset runs {problem}"
-        if self.size_const < 0:
-            if len(self.size_array):
-                if len(self.size_array) != n:
-                    return f"its size array has {len(self.size_array)} entries for {n} records"
-            else:
-                problem = runs(self.size_run_start, self.size_run_value)
-                if problem:
-                    return f"its size runs {problem}"
-        ls = self.leaf_starts
-        if (len(ls) != len(self.leaf_pgnos) + 1 or ls[0] != 0 or ls[-1] != n
-                or (np.diff(ls) < 0).any()):
-            return (f"its leaf_starts ({len(ls)} entries for {len(self.leaf_pgnos)} leaves) do not "
-                    f"rise from 0 to {n} records")
-        return None
-
-    def _check_in_file(self, fd: int, meta: fmt.MetaInfo, offs: np.ndarray,
-                       sizes: np.ndarray) -> None:
-        """Every extent after the two meta pages and inside the file (and the version's pages)."""
-        end = min(os.fstat(fd).st_size, (meta.last_pgno + 1) * meta.psize)
-        bad = (offs < 2 * meta.psize) | (sizes < 0) | (offs + sizes > end)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise self._mismatch(meta, f"record {i}: the sidecar says offset {int(offs[i])} size "
-                                       f"{int(sizes[i])}, which lies outside the records' part of "
-                                       f"the file (bytes {2 * meta.psize}..{end})")
-
-    def _mismatch(self, meta: fmt.MetaInfo, problem: str) -> StaleProvenanceError:
+    def mismatch(self, meta: fmt.MetaInfo, problem: str) -> StaleProvenanceError:
+        """The error for a sidecar whose ``problem`` with the file of ``meta`` was found."""
         f = Path(self.path or meta.path or "data.mdb")
         return StaleProvenanceError(
             f"{f}: provenance sidecar {sidecar_path(f).name} does not match the file "
@@ -517,112 +364,6 @@ def load_provenance(path, *, check_stale: bool = True) -> Provenance:
     return prov
 
 
-def _tree_leaves(fd: int, meta: fmt.MetaInfo) -> tuple[np.ndarray, int]:
-    """The main DB's leaf pages in key order from its branch pages alone; and pages read.
-
-    Bounded like :func:`lmdbio.recordindex.build_index`'s walk (the meta's page
-    counts), so a damaged tree is one LmdbFormatError, never a hang.
-    """
-    from .recordindex import pread_pages
-
-    if meta.root is None:
-        return np.zeros(0, np.int64), 0
-    level = np.array([meta.root], dtype=np.int64)
-    budget = meta.branch_pages + meta.leaf_pages
-    branches = 0
-    for _ in range(meta.depth - 1):
-        bad = (level < 2) | (level > meta.last_pgno) | (level >= meta.file_pages)
-        if bad.any():
-            raise fmt.page_error(meta.path, int(level[int(np.argmax(bad))]),
-                            f"branch page number is outside the file's pages 2..{meta.last_pgno}")
-        branches += len(level)
-        if branches > budget:
-            raise fmt.page_error(meta.path, meta.root, f"the tree has more than the meta's {budget} "
-                                                  "branch+leaf pages (cycle or damaged branch)")
-        raw = b"".join(pread_pages(fd, meta, level))
-        ps = meta.psize
-        level = np.concatenate([fmt.branch_children(raw[i * ps:(i + 1) * ps], meta, pgno)
-                                for i, pgno in enumerate(level.tolist())])
-        if branches + len(level) > budget:
-            raise fmt.page_error(meta.path, meta.root, f"the tree has more than the meta's {budget} "
-                                                  "branch+leaf pages (cycle or damaged branch)")
-    if branches != meta.branch_pages or len(level) != meta.leaf_pages \
-            or len(np.unique(level)) != len(level):
-        raise fmt.page_error(meta.path, meta.root, f"the tree has {branches} branch and {len(level)} "
-                                              f"leaf pages ({len(np.unique(level))} distinct), the "
-                                              f"meta says {meta.branch_pages} and "
-                                              f"{meta.leaf_pages} (damaged tree or meta)")
-    return level, branches
-
-
-def verify_shares(comm, prov: Provenance, fd: int, meta: fmt.MetaInfo,
-                  row: dict | None = None, *, trust: bool | None = None,
-                  force: bool = False) -> ShareCheck | None:
-    """Collective over ``comm``: its ranks split the full check of their sidecars, once.
-
-    Ranks whose sidecars have the same content (digest) form a group. If every
-    rank of a group finds a verified stamp of its sidecar, file and meta
-    (:mod:`lmdbio.verified`), the group skips the check. Otherwise they split
-    its leaves, one share each (:meth:`Provenance.verify_share`), so the group
-    checks all of it once; a rank with a sidecar of its own (another ``{node}``
-    copy) checks all of that one. When every share of a group passed, a stamp
-    is written for each file the group read, so the next open of that version
-    with that sidecar skips the check. Every rank reaches the same two
-    exchanges before anything can raise. Raises StaleProvenanceError on the
-    ranks whose share disagrees only: call it inside the Reader's
-    ``collective`` so every rank learns of it.
-
-    Args:
-        row: setup counters to fill: ``prov_check_s`` (all of it, exchanges
-            included), ``prov_check_pages``, ``prov_check_leaves``,
-            ``prov_check_share`` (``"part/parts"``, or ``"stamp"`` when the
-            stamp stood in for the check), ``prov_stamp`` (``"used"``,
-            ``"written"``, ``"not written"`` or ``"off"``) and
-            ``prov_stamp_used`` (1 or 0: the numeric form, which summed rows keep).
-        trust: use and write stamps; default: unless ``LMDBIO_TRUST_CHECKS=0``.
-        force: check even where a stamp exists (and stamp again).
-    Returns:
-        This rank's :class:`ShareCheck`, or None when the stamp stood in for it.
-    """
-    import socket
-
-    from .verified import binding, has_stamp, trust_stamps, write_stamp
-
-    t0 = time.perf_counter()
-    trust = trust_stamps() if trust is None else trust
-    key = prov.digest or prov._digest(prov._arrays())
-    bound = binding("prov", fd, meta, key)
-    mine = (key, bound, trust and not force and has_stamp(bound), socket.gethostname())
-    single = comm is None or comm.size == 1
-    got = [mine] if single else comm.allgather(mine)
-    me = 0 if comm is None else comm.rank
-    same = [r for r, g in enumerate(got) if g[0] == key]
-    check, stamp = None, "off" if not trust else "used"
-    if not all(got[r][2] for r in same):
-        try:
-            check, err = prov.verify_share(fd, meta, part=same.index(me), parts=len(same)), None
-        except Exception as exc:   # joins the exchange below, so no rank is left waiting
-            err = exc
-        passed = [err is None] if single else comm.allgather(err is None)
-        if err is not None:
-            raise err
-        # Every file the group read passed as much as it does at an open without a stamp
-        # (node views or {node} copies split one check), so each gets a stamp: written by
-        # the first rank with that file on each host (a cache may be node-local).
-        stamp = "written" if all(passed[r] for r in same) else "not written"
-        first = next(r for r in same if got[r][1] == bound and got[r][3] == mine[3])
-        if trust and stamp == "written" and me == first and write_stamp(bound) is None:
-            stamp = "not written"
-        stamp = stamp if trust else "off"
-    if row is not None:
-        row.update(prov_check_s=time.perf_counter() - t0, prov_stamp=stamp,
-                   prov_stamp_used=int(check is None),
-                   prov_check_pages=check.pages if check else 0,
-                   prov_check_leaves=check.leaves if check else 0,
-                   prov_check_share=f"{check.part}/{check.parts}" if check else "stamp")
-    return check
-
-
 def verify_provenance(path, *, stamp: bool = True) -> dict:
     """Check the whole sidecar of the LMDB at ``path`` against its file now, and stamp it.
 
@@ -673,103 +414,3 @@ def provenance_status(path) -> str:
     finally:
         os.close(fd)
     return "present"
-
-
-# ------------------------------------------------------------------ arithmetic model
-
-def _even(x: int) -> int:
-    return x + (x & 1)
-
-
-def model_parameters(*, record_bytes: int, key_bytes: int, psize: int = 4096,
-                     header_size: int = 16) -> dict:
-    """The paper's provenance numbers for fixed-size overflow records of an append-order writer.
-
-    Returns ``records_per_leaf``, ``keys_per_branch``, ``keys_per_first_branch``
-    and ``pages_per_record``, derived from LMDB's node sizes and checked
-    against files py-lmdb writes (an appending leaf splits one node before it is
-    full; the leftmost branch of a level holds one more, its node 0 has no key).
-    """
-    nodemax = (((psize - header_size) // 2) & ~1) - 2
-    if 8 + key_bytes + record_bytes <= nodemax:
-        raise ValueError(f"{record_bytes}-byte values are stored inline (node limit {nodemax}); "
-                         "the arithmetic model covers overflow values only")
-    if header_size == 16:
-        leaf_node = _even(8 + key_bytes + 8) + 2        # key + overflow pgno
-    else:
-        leaf_node = _even(8 + _even(key_bytes) + 24) + 2  # key + pgno, txnid, page count
-    branch_node = _even(8 + key_bytes) + 2
-    room = psize - header_size
-    return {"records_per_leaf": room // leaf_node - 1,
-            # A branch page never fills to the last byte; the leftmost one of a
-            # level keeps node 0 with an empty key (10 bytes with its pointer).
-            "keys_per_branch": (room - 1) // branch_node,
-            "keys_per_first_branch": 1 + (room - 11) // branch_node,
-            "pages_per_record": (header_size - 1 + record_bytes) // psize + 1}
-
-
-def arithmetic_offsets(n_records: int, *, record_bytes: int, psize: int = 4096,
-                       header_size: int = 16, key_bytes: int = 8,
-                       commit_every: int | None = None, first_leaf_page: int = 2,
-                       records_per_leaf: int | None = None, keys_per_branch: int | None = None,
-                       pages_per_record: int | None = None) -> np.ndarray:
-    """File offsets (uint64) of ``n_records`` fixed-size values as PROV predicts them, no file read.
-
-    Models page allocation of one writer putting keys in ascending order
-    (after pmodels/lmdbio ``compute_data_offsets``): each value takes
-    ``pages_per_record`` pages; the value that fills a leaf is placed before
-    the split's new leaf page, new branch pages and new root; at every
-    commit the next transaction copies the root-to-leaf path and writes a
-    free-list page, reusing pages freed two transactions earlier from the
-    fourth transaction on. Exact for single-transaction writes; with commits
-    it drifts where LMDB's free-list reuse differs (measure against an index).
-    """
-    p = model_parameters(record_bytes=record_bytes, key_bytes=key_bytes, psize=psize,
-                         header_size=header_size)
-    per_leaf = records_per_leaf or p["records_per_leaf"]
-    per_branch = keys_per_branch or p["keys_per_branch"]
-    per_first = keys_per_branch or p["keys_per_first_branch"]
-    ppr = pages_per_record or p["pages_per_record"]
-    pages = np.empty(n_records, np.int64)
-    nxt = first_leaf_page + 1
-    counts = [0]            # nodes on the rightmost page of each level, leaf level first
-    split = [False]         # whether that level has split (its rightmost page is not its first)
-    depth = 1
-    txn = 1
-    freed = []               # pages freed per transaction, newest last
-    reusable = 0
-    for i in range(n_records):
-        if commit_every and i and i % commit_every == 0:
-            # New transaction: copy the rightmost path (reusing freed pages when old
-            # enough) and write one free-list page for what the last one freed.
-            txn += 1
-            freed.append(depth)
-            if txn >= 4:
-                reusable += freed[-3]
-            copy = depth + (1 if txn > 2 else 0)
-            take = min(reusable, copy)
-            reusable -= take
-            nxt += copy - take
-        pages[i] = nxt
-        nxt += ppr
-        counts[0] += 1
-        if counts[0] > per_leaf:
-            counts[0] = 1
-            level = 0
-            while True:
-                nxt += 1 if not reusable else 0
-                reusable = max(reusable - 1, 0)
-                split[level] = True
-                if level + 1 == len(counts):
-                    counts.append(2)          # new root over the two pages
-                    split.append(False)
-                    nxt += 1 if not reusable else 0
-                    reusable = max(reusable - 1, 0)
-                    depth += 1
-                    break
-                counts[level + 1] += 1
-                if counts[level + 1] <= (per_branch if split[level + 1] else per_first):
-                    break
-                counts[level + 1] = 1
-                level += 1
-    return (pages * psize + header_size).astype(np.uint64)

@@ -2,35 +2,19 @@
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import errno
-import mmap
-import os
 import sys
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import PeerError, PeerTimeoutError, ResourceError
+from .shmroom import SHM_ADVICE, SHM_DIR, SHM_MARGIN, populate, prefault, shm_free, size_text
 from .waiting import completes_within, timeout, wait_word, wake_word, word_address
 
 if TYPE_CHECKING:   # importing mpi4py initializes MPI: only the node-group buffers need it
     from mpi4py import MPI
 
 __all__ = ["GroupBuffer", "prefault", "populate", "shm_free", "SHM_DIR"]
-
-#: Where MPI-3 shared windows live on Linux: MPICH backs each with a file there, and a page
-#: touched past the free room of that tmpfs kills the process with SIGBUS.
-SHM_DIR = "/dev/shm"
-# Room kept free beyond the windows: MPI's own segments, page rounding, other groups.
-_SHM_MARGIN = 16 << 20
-# Linux 5.14+: fault pages in for writing, returning an error where a touch would be SIGBUS.
-_MADV_POPULATE_WRITE = 23
-_ADVICE = (f"Free room in {SHM_DIR} (remove files left by ended jobs, e.g. mpich_shm_*, or ask "
-           f"for a larger {SHM_DIR}), or make the slots smaller: a smaller batch_size or "
-           "coalesce_bytes, or prefetch=0; a per-rank variant (lmdbio-direct, lmdb) uses no "
-           "shared memory")
 
 # Windows that close() could not free because a peer had left: kept mapped
 # until the process ends, so a late view never faults.
@@ -101,7 +85,7 @@ class GroupBuffer:
         if comm.size > 1:
             # Window allocation is collective: the reader decides for its whole group.
             short = self._no_room(n_hdr * 8 + self.nslots * max(int(capacity), 1),
-                                  f"{self.nslots} slots of {_size(capacity)} and their header")
+                                  f"{self.nslots} slots of {size_text(capacity)} and their header")
             short = comm.bcast(short if self.is_reader else None, root=0)
             if short:
                 raise ResourceError(f"rank {self.names[comm.rank]}: {short}")
@@ -162,9 +146,9 @@ class GroupBuffer:
             _free(wins)
             raise ResourceError(
                 f"rank {self.names[self.comm.rank]}: the reader group {list(self.names)} "
-                f"(reader: rank {self.names[0]}) could not fault in its {_size(total)} of shared "
-                f"memory in {SHM_DIR}: it ran out of room ({_size(shm_free() or 0)} free now; "
-                f"other groups or jobs may be filling it). {_ADVICE}")
+                f"(reader: rank {self.names[0]}) could not fault in its {size_text(total)} of shared "
+                f"memory in {SHM_DIR}: it ran out of room ({size_text(shm_free() or 0)} free now; "
+                f"other groups or jobs may be filling it). {SHM_ADVICE}")
         if not self.is_reader:
             for d in self._data:
                 prefault(d, write=False)
@@ -209,12 +193,12 @@ class GroupBuffer:
     def _no_room(self, nbytes: int, what: str) -> str:
         """Reader: why ``nbytes`` more of shared memory do not fit in /dev/shm ("" when they do)."""
         free = shm_free()
-        if free is None or nbytes + _SHM_MARGIN <= free:
+        if free is None or nbytes + SHM_MARGIN <= free:
             return ""
         return (f"the reader group {list(self.names)} (reader: rank {self.names[0]}) needs "
-                f"{_size(nbytes)} of shared memory in {SHM_DIR} for {what} (plus "
-                f"{_size(_SHM_MARGIN)} kept free), and only {_size(free)} is free there. "
-                f"{_ADVICE}")
+                f"{size_text(nbytes)} of shared memory in {SHM_DIR} for {what} (plus "
+                f"{size_text(SHM_MARGIN)} kept free), and only {size_text(free)} is free there. "
+                f"{SHM_ADVICE}")
 
     def _grow(self, slot: int, nbytes: int) -> None:
         self._old.append(self._wins[slot])
@@ -259,7 +243,7 @@ class GroupBuffer:
             short = ""
             if self.comm.size > 1 and self._no_room(new, "a slot"):
                 new = int(nbytes)   # just what the chunk needs, if that fits
-                short = self._no_room(new, f"slot {slot} grown to {_size(new)} for chunk {chunk}")
+                short = self._no_room(new, f"slot {slot} grown to {size_text(new)} for chunk {chunk}")
             # A negative size tells the members the group cannot grow: they raise too.
             self.header[slot, _GROW] = -new if short else new
             self._fence()
@@ -278,8 +262,8 @@ class GroupBuffer:
                     self.abandon()
                     raise ResourceError(
                         f"rank {self.names[0]} (reader): the reader group {list(self.names)} "
-                        f"could not fault in slot {slot} grown to {_size(new)} in {SHM_DIR}: it "
-                        f"ran out of room ({_size(shm_free() or 0)} free now). {_ADVICE}")
+                        f"could not fault in slot {slot} grown to {size_text(new)} in {SHM_DIR}: it "
+                        f"ran out of room ({size_text(shm_free() or 0)} free now). {SHM_ADVICE}")
         return self._data[slot]
 
     def publish(self, chunk: int, offsets: np.ndarray, sizes: np.ndarray, t: int = -1) -> None:
@@ -356,9 +340,9 @@ class GroupBuffer:
         if grow < 0:
             raise ResourceError(
                 f"rank {self.names[self.comm.rank]}: its reader, rank {self.names[0]}, could not "
-                f"grow the reader group's shared slot to {_size(-grow)} for "
-                f"{self._batches(chunk)}: {SHM_DIR} lacks the room ({_size(shm_free() or 0)} "
-                f"free; see the reader's error). {_ADVICE}")
+                f"grow the reader group's shared slot to {size_text(-grow)} for "
+                f"{self._batches(chunk)}: {SHM_DIR} lacks the room ({size_text(shm_free() or 0)} "
+                f"free; see the reader's error). {SHM_ADVICE}")
 
     def current(self, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(data, offsets, sizes) of what ``chunk``'s slot holds now (no synchronization)."""
@@ -465,62 +449,6 @@ class GroupBuffer:
             del arrays[:]
             _free(wins)
         parked[:] = keep
-
-
-def shm_free(directory: str = SHM_DIR) -> int | None:
-    """Bytes free in ``directory`` (a tmpfs) for this user, or None where it does not exist."""
-    try:
-        st = os.statvfs(directory)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
-
-
-def populate(buf: np.ndarray) -> bool | None:
-    """Fault every page of ``buf`` in for writing, without the risk of SIGBUS.
-
-    True when done; False when the memory behind ``buf`` is not there (a full
-    tmpfs, where touching the pages would kill the process); None where the
-    kernel cannot (before Linux 5.14): :func:`prefault` then touches them.
-    """
-    if not buf.nbytes:
-        return True
-    page = mmap.PAGESIZE
-    # The pages holding buf's first and last bytes are mapped whole: round out to them.
-    start = buf.ctypes.data // page * page
-    end = -(-(buf.ctypes.data + buf.nbytes) // page) * page
-    madvise = _libc().madvise
-    while True:
-        if madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_POPULATE_WRITE) == 0:
-            return True
-        err = ctypes.get_errno()
-        if err == errno.EINTR:
-            continue
-        return None if err in (errno.EINVAL, errno.ENOSYS, errno.EPERM) else False
-
-
-_LIBC = None
-
-
-def _libc():
-    global _LIBC
-    if _LIBC is None:
-        _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        _LIBC.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    return _LIBC
-
-
-def _size(nbytes: int) -> str:
-    return f"{nbytes / (1 << 20):.1f} MiB"
-
-
-def prefault(buf: np.ndarray, write: bool = True) -> None:
-    """Touch every page of ``buf`` once (writing, or reading where another process writes),
-    so the first batches do not pay its page faults."""
-    if write:
-        buf[::4096] = 0
-    else:
-        int(buf[::4096].sum())
 
 
 def _viewed(arrays: list) -> bool:

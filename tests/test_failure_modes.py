@@ -58,7 +58,7 @@ def test_two_readers_on_one_path_in_one_process(datasets, pair):
     from mpi4py import MPI
 
     import lmdbio
-    from lmdbio import lmdbenv
+    from lmdbio.lmdbenv import env as lmdbenv
 
     db = datasets["cifar10"]
     want = _expected(db)

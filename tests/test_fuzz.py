@@ -194,7 +194,7 @@ def worker_main(bases_file: str, workdir: str) -> None:
         res["t"] = time.perf_counter() - t0
         res["case"], res["base"] = case["case"], case["base"]
         # Leaks: every error path must close what it opened.
-        from lmdbio import lmdbenv as _lmdbenv
+        from lmdbio.lmdbenv import env as _lmdbenv
         if _lmdbenv._ENVS:
             res["bad"].append(f"leak: {len(_lmdbenv._ENVS)} LMDB environment(s) left open")
             for env, *_ in _lmdbenv._ENVS.values():

@@ -223,6 +223,59 @@ def lmdb_importers(root: Path) -> list[str]:
 
 
 def test_every_py_lmdb_call_of_the_library_is_in_lmdbenv():
-    """lmdbenv is where the library meets py-lmdb (one Environment per file per process, error
-    translation, snapshots): no other library module imports it."""
-    assert lmdb_importers(PKG) == ["lmdbio.lmdbenv"]
+    """The lmdbenv package is where the library meets py-lmdb (one Environment per file per
+    process, error translation, snapshots, cursor walks, writes): no other module imports it."""
+    found = lmdb_importers(PKG)
+    assert "lmdbio.lmdbenv.env" in found
+    assert [m for m in found if not m.startswith("lmdbio.lmdbenv.")] == []
+
+
+#: What left the library for the lab: (library module, names, their new module).
+MOVED = [("lmdbio.metrics", ("evict", "residency", "resident_pages"), "lmdbio.lab.pagecache"),
+         ("lmdbio.metrics", ("host_meta", "git_commit", "results_meta", "write_results_meta"),
+          "lmdbio.lab.meta"),
+         ("lmdbio.shuffle", ("mean_batch_distance", "adjacent_fraction", "mean_share_distance",
+                             "position_correlation", "randomness_table", "format_table",
+                             "mode_table", "format_mode_table", "REFERENCE_SEED", "gap_entropy",
+                             "uniform_gap_entropy", "batch_class_shares", "order_quality",
+                             "node_reader_bytes", "quality_table", "format_quality_table"),
+          "lmdbio.lab.shuffle_quality"),
+         ("lmdbio.provenance", ("arithmetic_offsets", "model_parameters"),
+          "lmdbio.lab.prov_offsets")]
+
+
+def defined_names(path: Path) -> set[str]:
+    """Names a module binds at its top level (functions, classes, assignments, imports)."""
+    out: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out |= {t.id for t in targets if isinstance(t, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return out
+
+
+@pytest.mark.parametrize("module, names, home", MOVED, ids=[m[2] for m in MOVED])
+def test_lab_code_left_the_library_and_its_old_names_warn(module, names, home):
+    """The moved names are defined in the lab only; the library module neither defines nor lists
+    them, and reading one there warns with the new spelling and gives the lab's object."""
+    import importlib
+    import warnings
+
+    path = PKG.parent / (module.replace(".", "/") + ".py")
+    lib = importlib.import_module(module)
+    assert not set(names) & defined_names(path), f"{module} still defines lab code"
+    assert not set(names) & set(lib.__all__)
+    new = importlib.import_module(home)
+    for name in names:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = getattr(lib, name)
+        assert got is getattr(new, name)
+        assert [w.category for w in caught] == [DeprecationWarning]
+        assert f"{home}.{name}" in str(caught[0].message)
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        getattr(lib, "no_such_name")

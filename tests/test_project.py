@@ -120,3 +120,19 @@ def test_every_notebook_scale_defines_the_same_settings():
     for nb_path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         src = "".join("".join(c["source"]) for c in json.loads(nb_path.read_text())["cells"])
         assert "SCALES = {" not in src, f"{nb_path.name} keeps its own copy of the scales"
+
+
+def test_one_version_source_typed_package_and_no_lab_dependency_in_the_core():
+    """The version lives in lmdbio/__init__.py only (pyproject reads it), the package says it is
+    typed (py.typed, shipped), and the core names no package only the lab uses (tomli)."""
+    import lmdbio
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project, setup = pyproject["project"], pyproject["tool"]["setuptools"]
+    assert "version" not in project and "version" in project["dynamic"]
+    assert setup["dynamic"]["version"] == {"attr": "lmdbio.__version__"}
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", lmdbio.__version__)
+    assert (ROOT / "lmdbio" / "py.typed").is_file()
+    assert "py.typed" in setup["package-data"]["lmdbio"]
+    assert "tomli" not in {_name(r) for r in project["dependencies"]}
+    assert "tomli" in {_name(r) for r in project["optional-dependencies"]["lab"]}

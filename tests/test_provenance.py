@@ -16,8 +16,8 @@ from corrupt_helpers import make_db
 from lmdbio.datasets import make_dataset
 from lmdbio.errors import ProvenanceError
 from lmdbio.recordindex import build_index
-from lmdbio.provenance import (_decode_runs, arithmetic_offsets, encode_runs, load_provenance,
-                               provenance_status,
+from lmdbio.lab.prov_offsets import arithmetic_offsets
+from lmdbio.provenance import (_decode_runs, encode_runs, load_provenance, provenance_status,
                                sidecar_path, write_provenance)
 
 

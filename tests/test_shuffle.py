@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from lmdbio import shuffle
+from lmdbio.lab import shuffle_quality as quality
 from lmdbio.errors import ConfigurationError
 
 N = 1000
@@ -63,19 +64,19 @@ def test_bad_arguments_are_clear():
 def test_randomness_metrics():
     n = 30000
     seq = np.arange(n)
-    assert shuffle.mean_batch_distance(seq, 64) == 1.0
-    assert shuffle.adjacent_fraction(seq, 64) == 1.0
-    assert shuffle.position_correlation(seq, seq) == pytest.approx(1.0)
-    assert shuffle.position_correlation(seq, seq[::-1]) == pytest.approx(-1.0)
+    assert quality.mean_batch_distance(seq, 64) == 1.0
+    assert quality.adjacent_fraction(seq, 64) == 1.0
+    assert quality.position_correlation(seq, seq) == pytest.approx(1.0)
+    assert quality.position_correlation(seq, seq[::-1]) == pytest.approx(-1.0)
     uniform = shuffle.epoch_order(n, 1, 1, seed=0, epoch=0)
-    assert shuffle.mean_batch_distance(uniform, 64) == pytest.approx(n / 3, rel=0.05)
-    assert abs(shuffle.position_correlation(uniform, shuffle.epoch_order(n, 1, 1, 0, 1))) < 0.05
+    assert quality.mean_batch_distance(uniform, 64) == pytest.approx(n / 3, rel=0.05)
+    assert abs(quality.position_correlation(uniform, shuffle.epoch_order(n, 1, 1, 0, 1))) < 0.05
     # Within one chunk (window 1, chunk >= batch), records are close; wider windows spread them.
-    near = shuffle.mean_batch_distance(shuffle.epoch_order(n, 256, 1, 0, 0), 64)
-    wide = shuffle.mean_batch_distance(shuffle.epoch_order(n, 256, 16, 0, 0), 64)
+    near = quality.mean_batch_distance(shuffle.epoch_order(n, 256, 1, 0, 0), 64)
+    wide = quality.mean_batch_distance(shuffle.epoch_order(n, 256, 16, 0, 0), 64)
     assert near < 256 < 0.5 * n / 3 < wide
-    rows = shuffle.randomness_table(n, 64, blocks=(16, 256), windows=(1, 4))
+    rows = quality.randomness_table(n, 64, blocks=(16, 256), windows=(1, 4))
     assert [(r["block"], r["window"]) for r in rows] == \
         [(0, 0), (16, 1), (16, 4), (256, 1), (256, 4), (1, 1)]
-    text = shuffle.format_table(rows)
+    text = quality.format_table(rows)
     assert "unshuffled" in text and len(text.splitlines()) == len(rows) + 1

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from lmdbio import shuffle as sh
+from lmdbio.lab import shuffle_quality as quality
 from lmdbio.pipeline import EpochPlan, epoch_rows
 
 N, B = 1000, 48          # 1000 % 48 = 40: a partial last batch; 48 divides among 1, 3, 4, 16 ranks
@@ -55,7 +56,7 @@ def test_one_rank_gives_the_window_order(policy):
         for epoch in (0, 3):
             assert np.array_equal(sh.shard_order(N, chunk, window, 2, epoch, B, 1, policy),
                                   sh.epoch_order(N, chunk, window, 2, epoch))
-    rows = sh.mode_table(N, B, blocks=(16,), windows=(4,), nprocs=(1,))
+    rows = quality.mode_table(N, B, blocks=(16,), windows=(4,), nprocs=(1,))
     a, b = ({k: v for k, v in r.items() if k != "mode"} for r in rows)
     assert a == b
 
@@ -69,12 +70,12 @@ def test_shard_order_depends_on_ranks_and_seeds_only():
 
 
 def test_mode_table_shows_the_cost():
-    rows = sh.mode_table(6000, 256, blocks=(64,), windows=(16,), nprocs=(1, 16))
+    rows = quality.mode_table(6000, 256, blocks=(64,), windows=(16,), nprocs=(1, 16))
     by = {(r["mode"], r["nprocs"]): r for r in rows}
     # At P = 16 a rank's share comes from 1/16 of a 1,024-record window: close together.
     assert by["shard", 16]["share_distance"] < 0.1 * by["window", 16]["share_distance"]
     assert by["shard", 1]["mean_distance"] == by["window", 1]["mean_distance"]
-    assert "shard" in sh.format_mode_table(rows)
+    assert "shard" in quality.format_mode_table(rows)
 
 
 def test_plan_modes():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lmdbio import metrics
+from lmdbio.lab import pagecache
 from lmdbio.lab.storage import devices as dv
 from lmdbio.lab.storage import throttle as th
 
@@ -111,18 +111,18 @@ def test_nodes_hold_the_same_bytes_and_cache_apart(src, nothing_left):
         f0, f1 = t.path(0, "ds/data.mdb"), t.path(1, "ds/data.mdb")
         assert sorted(os.listdir(t.mnt)) == ["node0", "node1"]
         assert len(set(t.devices)) == 2
-        assert metrics.residency(f0) == 0.0 and metrics.residency(f1) == 0.0
+        assert pagecache.residency(f0) == 0.0 and pagecache.residency(f1) == 0.0
         d1 = th.device_counters(t.devices[1])
         assert Path(f0).read_bytes() == data
         # node 0's pages are cached on node 0 only: node 1's device read nothing
-        assert metrics.residency(f0) == 1.0
-        assert metrics.residency(f1) == 0.0
+        assert pagecache.residency(f0) == 1.0
+        assert pagecache.residency(f1) == 0.0
         assert th.device_counters(t.devices[1])["read_bytes"] == d1["read_bytes"]
         assert Path(f1).read_bytes() == data
         assert th.device_counters(t.devices[1])["read_bytes"] >= d1["read_bytes"] + len(data)
         # eviction makes one node cold and leaves the other warm
         assert t.evict(0, "ds") == len(os.listdir(src))
-        assert metrics.residency(f0) == 0.0 and metrics.residency(f1) == 1.0
+        assert pagecache.residency(f0) == 0.0 and pagecache.residency(f1) == 1.0
         d0 = th.device_counters(t.devices[0])
         assert Path(f0).read_bytes() == data
         assert th.device_counters(t.devices[0])["read_bytes"] >= d0["read_bytes"] + len(data)

@@ -22,5 +22,9 @@ lessons            the notebooks' prose checked against the results, their setti
 cluster            ipyparallel engines over MPI or Slurm
 emulation          DLIO-style compute and gradient-allreduce emulation
 testing            the option matrix and the local Slurm the tests use
+paths              the lab's root (``LMDBIO_LAB_ROOT``, ``--root``, else the working directory)
+pagecache, meta    page-cache eviction and residency; results' ``meta.json``
+shuffle_quality    shuffle quality next to its cost (dali_shuffle: DALI's order, measured)
+prov_offsets       the paper's arithmetic model of where PROV's values lie
 =================  ============================================================
 """

@@ -69,7 +69,7 @@ def epoch_check(comm, dataset, variant: str, batch_size: int, *, last_batch: str
     this epoch's delivered order with epoch 0's (1: the same order).
     """
     from lmdbio.reader import Reader
-    from lmdbio.shuffle import position_correlation
+    from .shuffle_quality import position_correlation
 
     storage = _storage(storage)
     per_epoch = []

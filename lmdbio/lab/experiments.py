@@ -347,7 +347,7 @@ def prov_model_table(path: str | os.PathLike, commit_every: int | None = 1000):
     import pandas as pd
 
     from lmdbio.recordindex import build_index
-    from lmdbio.provenance import arithmetic_offsets
+    from .prov_offsets import arithmetic_offsets
 
     index = build_index(path)
     meta = index.meta

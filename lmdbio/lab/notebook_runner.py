@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from lmdbio.metrics import host_meta, write_results_meta
+from lmdbio.lab.meta import host_meta, write_results_meta
 from .scales import CLUSTER_ENV, COMMITTED_RESULTS, REPO, SCALES as _SCALES, settings
 
 __all__ = ["REPO", "NOTEBOOKS", "notebooks", "run_notebooks", "save_results", "host_meta",

@@ -13,7 +13,7 @@ import pytest
 import lmdbio
 from conftest import on_rank_0, sizes
 from lmdbio import Options
-from lmdbio.metrics import evict
+from lmdbio.lab.pagecache import evict
 
 pytestmark = pytest.mark.mpi
 

@@ -1,6 +1,6 @@
 """Bytes each node reader reads in a shuffled epoch, per shuffle mode, from the pipeline's own
 counters: the window mode reads whole windows, shard and elastic each reader's run, and
-lmdbio.shuffle.node_reader_bytes predicts them."""
+lmdbio.lab.shuffle_quality.node_reader_bytes predicts them."""
 
 import numpy as np
 import pytest
@@ -8,6 +8,7 @@ import pytest
 import lmdbio
 from conftest import sizes
 from lmdbio import shuffle as sh
+from lmdbio.lab import shuffle_quality as quality
 
 pytestmark = pytest.mark.mpi
 
@@ -95,7 +96,7 @@ def test_node_reader_bytes_match_the_readers_counters(comm, made, nprocs):
     windows = sh.record_windows(N, BLOCK, WINDOW, SEED, 1)
     for mode, order in orders.items():
         units = np.arange(N) // batch if mode == "file" else windows[order]
-        nbytes, requests = sh.node_reader_bytes(order, batch, nprocs, rpn, units)
+        nbytes, requests = quality.node_reader_bytes(order, batch, nprocs, rpn, units)
         assert np.allclose(got[mode]["bytes"], nbytes, rtol=0.03), (mode, got[mode], nbytes)
         if mode != "file":
             assert got[mode]["calls"] == requests.tolist(), (mode, got[mode], requests)

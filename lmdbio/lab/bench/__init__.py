@@ -64,7 +64,7 @@ from .stats import (MEMORY_COLUMNS, POINT_KEYS, SUMMARY_COLUMNS, failed_row, for
 from .sweep import (BASELINES, make_points, read_summary, run_point_subprocess, run_sweep, variant_names,
                     write_results)
 from .cli import add_bench_parser
-from lmdbio.metrics import host_meta
+from lmdbio.lab.meta import host_meta
 
 __all__ = [
     "RAW", "POINT_KEYS", "SUMMARY_COLUMNS", "variant_names", "run_point", "summarize",

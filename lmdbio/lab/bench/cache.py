@@ -62,9 +62,9 @@ def warm(path, offsets: np.ndarray | None = None, sizes: np.ndarray | None = Non
 
 
 def _residency(path, offsets: np.ndarray | None, sizes: np.ndarray | None) -> tuple[float, float]:
-    from lmdbio import metrics
+    from lmdbio.lab import pagecache
 
-    pages = metrics.resident_pages(path)
+    pages = pagecache.resident_pages(path)
     whole = float(pages.mean()) if len(pages) else 0.0
     if offsets is None:
         return whole, whole
@@ -102,15 +102,15 @@ def prepare_cache(comm, path: Path, leader: bool, cache: str, offsets: np.ndarra
     One rank per page cache (``leader``) does it for its node, on ``path``
     (the file as its node sees it). Without ``offsets`` or ``positions`` warm
     reads the whole file. ``evict`` replaces
-    :func:`lmdbio.metrics.evict` (an emulated PFS evicts through its node view).
+    :func:`lmdbio.lab.pagecache.evict` (an emulated PFS evicts through its node view).
     Returns :func:`measure_residency` right after.
     """
-    from lmdbio import metrics
+    from lmdbio.lab import pagecache
 
     polite_barrier(comm)   # nobody is still reading
     if leader:
         if cache == "cold":
-            (evict or metrics.evict)(path)
+            (evict or pagecache.evict)(path)
         else:
             warm(path, _at(offsets, positions), _at(sizes, positions))
     out = measure_residency(comm, path, leader, cache, offsets, sizes, positions)
@@ -206,13 +206,13 @@ def write_random_file(path, nbytes: int, seed: int = 7) -> None:
 def cold_read_bw(path, nbytes: int | None = None, read: int = 4 << 20) -> float:
     """Bytes per second of one cold sequential pass of ``read``-byte preads over a file.
 
-    The file is flushed and evicted first (:func:`lmdbio.metrics.evict`), so the
+    The file is flushed and evicted first (:func:`lmdbio.lab.pagecache.evict`), so the
     pass measures the disk under it. The model's ``disk_bw`` microbenchmark
     and the sweep's same-sitting disk probe (:class:`DiskProbe`) both use it.
     """
     import time
 
-    from lmdbio.metrics import evict
+    from lmdbio.lab.pagecache import evict
 
     nbytes = os.path.getsize(path) if nbytes is None else nbytes
     fd = os.open(path, os.O_RDONLY)

@@ -11,6 +11,7 @@ import traceback
 from pathlib import Path
 
 from ..emulation import parse_compute_time, parse_model_bytes
+from ..paths import lab_root, set_root, under_root
 from .limit import RAW
 from .stats import format_report
 from .settings import Storage, parse_storage, point_span_counters
@@ -31,11 +32,13 @@ def _epoch_steps(dataset: str, batch_size: int) -> int:
 
 
 def _cmd_bench(args) -> int:
+    root = set_root(args.root) if args.root else lab_root()
     if args.report:
-        print(format_report(read_summary(args.report)))
+        print(format_report(read_summary(under_root(args.report, root))))
         return 0
     if not args.dataset or not args.out:
         raise ValueError("--dataset and --out are required (or --report DIR to print results)")
+    out = under_root(args.out, root)
     datasets = _csv_list(args.dataset)
     from lmdbio.format import db_file
 
@@ -91,11 +94,11 @@ def _cmd_bench(args) -> int:
         signal.signal(signal.SIGTERM, on_term)
     except ValueError:  # not the main thread: leave signals alone
         pass
-    summary = run_sweep(points, args.out, repeats=args.repeats, timeout=args.timeout,
+    summary = run_sweep(points, out, repeats=args.repeats, timeout=args.timeout,
                         config=config, progress=not args.quiet, measure=not args.no_measure,
                         mpiexec_args=shlex.split(args.mpiexec_args or ""))
     print(format_report(summary))
-    print(f"results: {args.out}/points.csv, summary.csv, meta.json")
+    print(f"results: {out}/points.csv, summary.csv, meta.json")
     return 0
 
 
@@ -121,7 +124,10 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=1,
                    help="untimed batches first, rounded up to the reader's coalescing (default 1)")
     p.add_argument("--repeats", type=int, default=1, help="repeats of every point (default 1)")
-    p.add_argument("--out", help="results folder")
+    p.add_argument("--out", help="results folder (a relative one lies under --root)")
+    p.add_argument("--root", help="the lab's root: relative --out and --report folders lie under "
+                                  "it (default: $LMDBIO_LAB_ROOT, else the lmdbio checkout around "
+                                  "the working directory, else the working directory)")
     p.add_argument("--storage", default="local",
                    help="local (default); pfs:PROFILE: read through an emulated parallel file "
                         "system (lmdbio.lab.pfs; profiles local, gpfs-2017, lustre) mounted for the "

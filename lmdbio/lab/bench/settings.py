@@ -140,7 +140,7 @@ class Storage:
             node.Free()
 
     def evictor(self, comm):
-        """The eviction function for this rank's node (None: :func:`lmdbio.metrics.evict`)."""
+        """The eviction function for this rank's node (None: :func:`lmdbio.lab.pagecache.evict`)."""
         if not self.is_pfs:
             return None
         if self.is_shared:

@@ -282,7 +282,7 @@ def write_results(out_dir, rows: Sequence[dict], config: dict) -> dict[str, Path
     """
     import pandas as pd
 
-    from lmdbio.metrics import write_results_meta
+    from lmdbio.lab.meta import write_results_meta
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -119,7 +119,8 @@ def run(dataset: str | os.PathLike, out_dir: str | os.PathLike | None = None,
     """
     import pandas as pd
 
-    from lmdbio import metrics
+    from lmdbio.lab import pagecache
+    from lmdbio.lab.meta import results_meta
     from lmdbio.format import db_file
     from .throttle import device_counters, throttled
 
@@ -133,7 +134,7 @@ def run(dataset: str | os.PathLike, out_dir: str | os.PathLike | None = None,
         for rep in range(repeats):
             for k in counts:
                 t.evict(0, src.name)
-                start_res = metrics.residency(path)
+                start_res = pagecache.residency(path)
                 d0 = device_counters(dev)
                 got, group_wall = measure(path, int(k), lambda: t.join(0))
                 d1 = device_counters(dev)
@@ -159,7 +160,7 @@ def run(dataset: str | os.PathLike, out_dir: str | os.PathLike | None = None,
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         df.to_csv(out / "faulters.csv", index=False)
-        meta = metrics.results_meta({
+        meta = results_meta({
             "experiment": "faulters", "dataset": str(src), "dataset_note": note, "file_bytes": size,
             "counts": list(counts), "repeats": repeats, "profile": stats["profile"],
             "kernel_release": os.uname().release, "device": stats["kernel"],
