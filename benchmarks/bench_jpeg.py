@@ -1,13 +1,15 @@
 """JPEG Datums decoded: lmdbio's batch decoder against NVIDIA DALI's CPU pipeline (prints only).
 
-    mpiexec -n P python benchmarks/bench_jpeg.py DB [ITERS] [REPEATS] [THREADS]
+    mpiexec -n P python benchmarks/bench_jpeg.py DB [ITERS] [REPEATS] [THREADS] [LAYOUT]
 
-(defaults: ITERS 20 batches per timed block, REPEATS 3, THREADS 1,2; global batch 256)
+(defaults: ITERS 20 batches per timed block, REPEATS 3, THREADS 1,2, LAYOUT HWC; global
+batch 256)
 
 Series, for each thread count T:
 
-- ``lmdbio``: ``Reader.read_batch()`` then ``datum.decode_many(batch, threads=T)``: a new
-  ``(n, 3, h, w)`` uint8 array and the labels per batch;
+- ``lmdbio``: ``Reader.read_batch()`` then ``datum.decode_many(batch, threads=T,
+  layout=LAYOUT)``: a new ``(n, h, w, 3)`` (``CHW``: ``(n, 3, h, w)``) uint8 array and the
+  labels per batch; HWC is DALI's layout, so both hand out the same arrays;
 - ``dali``: ``fn.readers.caffe`` (``num_shards=P, shard_id=rank``) then
   ``fn.decoders.image(device="cpu")``, ``num_threads=T``, outputs copied to numpy
   (``as_array()``: a new ``(n, h, w, 3)`` array per batch). Its
@@ -32,12 +34,14 @@ from mpi4py import MPI
 
 import lmdbio
 from lmdbio import datum
+from lmdbio.errors import ConfigurationError
 from lmdbio.lab.bench.dali import DaliCaffe
 
 db = sys.argv[1]
 iters = int(sys.argv[2]) if len(sys.argv) > 2 else 20
 repeats = int(sys.argv[3]) if len(sys.argv) > 3 else 3
 thread_counts = [int(t) for t in (sys.argv[4] if len(sys.argv) > 4 else "1,2").split(",")]
+layout = sys.argv[5] if len(sys.argv) > 5 else "HWC"
 comm = MPI.COMM_WORLD
 batch = 256
 
@@ -58,11 +62,17 @@ def median_range(xs, fmt="{:,.0f}") -> str:
     return f"{fmt.format(statistics.median(xs))} [{fmt.format(min(xs))}-{fmt.format(max(xs))}]"
 
 
+no_dali = ""
 with lmdbio.Reader(db, batch, comm, variant="auto", measure=False) as reader:
     steps = {}
     for t in thread_counts:
-        steps[("lmdbio", t)] = lambda t=t: len(datum.decode_many(reader.read_batch(), threads=t)[1])
-        pipe = DaliCaffe(comm, db, batch, threads=t, prefetch=1)
+        steps[("lmdbio", t)] = lambda t=t: len(
+            datum.decode_many(reader.read_batch(), threads=t, layout=layout)[1])
+        try:
+            pipe = DaliCaffe(comm, db, batch, threads=t, prefetch=1)
+        except ConfigurationError as exc:  # no DALI here: lmdbio's series alone
+            no_dali = str(exc)
+            continue
         steps[("dali", t)] = lambda pipe=pipe: len(pipe.read_images()[1])
     load0 = os.getloadavg()
     for step in steps.values():  # warm: page cache, reader, pools, DALI's buffers
@@ -73,17 +83,24 @@ with lmdbio.Reader(db, batch, comm, variant="auto", measure=False) as reader:
         for t in thread_counts:
             order = ("lmdbio", "dali") if rep % 2 == 0 else ("dali", "lmdbio")
             for series in order:
-                results[(series, t)].append(timed(steps[(series, t)]))
+                if (series, t) in steps:
+                    results[(series, t)].append(timed(steps[(series, t)]))
     load1 = os.getloadavg()
     used = reader.variant
 
 if comm.rank == 0:
-    print(f"{db} P={comm.size} variant={used} B={batch} iters={iters} x{repeats} repeats; "
+    print(f"{db} P={comm.size} variant={used} B={batch} iters={iters} x{repeats} repeats, "
+          f"lmdbio layout {layout}; "
           f"load average {load0[0]:.2f} before, {load1[0]:.2f} after, {os.cpu_count()} CPUs")
+    if no_dali:
+        print(f"  DALI not measured: {no_dali}")
     for t in thread_counts:
         for series in ("lmdbio", "dali"):
-            rows = results[(series, t)]
+            rows = results.get((series, t))
+            if not rows:
+                continue
             print(f"  threads={t} {series:7s} {median_range([r[0] for r in rows])} img/s; "
                   f"CPU {median_range([r[1] for r in rows])} us/img")
-        ratios = [a[0] / b[0] for a, b in zip(results[("lmdbio", t)], results[("dali", t)])]
-        print(f"  threads={t} lmdbio/dali {median_range(ratios, '{:.2f}')}")
+        if ("dali", t) in results:
+            ratios = [a[0] / b[0] for a, b in zip(results[("lmdbio", t)], results[("dali", t)])]
+            print(f"  threads={t} lmdbio/dali {median_range(ratios, '{:.2f}')}")

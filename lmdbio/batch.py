@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import datum, images
-from .errors import ConfigurationError, LmdbioError
+from .errors import ConfigurationError, ImageError
+from .workers import each
 
-__all__ = ["Batch", "RESAMPLE"]
+__all__ = ["Batch", "RESAMPLE", "key_at"]
 
 #: ``resample`` names of :meth:`Batch.as_datum_array` with ``size``: Pillow's filters.
 RESAMPLE = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
@@ -21,16 +22,19 @@ class Batch:
     ``read_batch()``; copy what must live longer. ``close()`` never unmaps
     memory a batch still views: the Reader's last batches stay readable
     after it (their memory is freed by a later close of the same ranks).
+    ``source``: the LMDB the records come from, or None; decode errors name
+    a record's key from it (:meth:`key_of`).
     """
 
-    __slots__ = ("buffer", "offsets", "sizes", "indices")
+    __slots__ = ("buffer", "offsets", "sizes", "indices", "source")
 
     def __init__(self, buffer: np.ndarray, offsets: np.ndarray, sizes: np.ndarray,
-                 indices: np.ndarray):
+                 indices: np.ndarray, source=None):
         self.buffer = buffer
         self.offsets = offsets
         self.sizes = sizes
         self.indices = indices
+        self.source = source
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -49,9 +53,16 @@ class Batch:
         """Bytes of this rank's records."""
         return int(self.sizes.sum())
 
+    def key_of(self, index: int) -> bytes | None:
+        """The LMDB key of dataset record ``index`` (its place in key order), read again from
+        :attr:`source`; None without one. For error messages: it walks the keys up to it."""
+        return None if self.source is None else key_at(self.source, index)
+
     def as_datum_array(self, out: np.ndarray | None = None, threads: int = 1,
-                       size: tuple[int, int] | None = None,
-                       resample: str = "bilinear") -> tuple[np.ndarray, np.ndarray]:
+                       size: tuple[int, int] | None = None, resample: str = "bilinear", *,
+                       layout: str = "CHW", copy: bool = True,
+                       max_pixels: int | None = datum.MAX_IMAGE_PIXELS
+                       ) -> tuple[np.ndarray, np.ndarray]:
         """Decode the records as Caffe Datums: ``(n, c, h, w)`` uint8 images and labels.
 
         ``threads`` decode encoded (JPEG/PNG) records in parallel (see
@@ -59,22 +70,61 @@ class Batch:
         ``size=(h, w)``: then each image is decoded and resized to ``h x w`` with Pillow's
         ``resample`` filter (one of :data:`RESAMPLE`), as DALI users resize photos of mixed
         sizes; every image must have the channels of the first.
+
+        ``layout="HWC"`` gives ``(n, h, w, c)``, DALI's layout (JPEGs decode without a
+        channel split). ``copy=False`` lets the images of raw Datums of one layout at one
+        stride be a read-only view of this batch's buffer, valid as long as the batch's
+        own views (until the second following ``read_batch()``). An image that declares a
+        side of 0 or more than ``max_pixels`` pixels (default
+        :data:`lmdbio.datum.MAX_IMAGE_PIXELS`, 178,956,970; None: no limit of ours), or
+        whose data is empty or unreadable, raises :class:`~lmdbio.errors.ImageError`
+        naming the record's dataset index and key, before anything is allocated for it.
         """
         if size is None:
             return datum.decode_records(self.buffer, self.offsets, self.sizes, out=out,
-                                        threads=threads)
-        return _decode_each(self, threads, _check_size(size), _filter(resample), out)
+                                        threads=threads, layout=layout, copy=copy,
+                                        max_pixels=max_pixels, indices=self.indices,
+                                        key_of=self.key_of)
+        return _decode_each(self, threads, _check_size(size), _filter(resample), out,
+                            datum._hwc(layout), max_pixels)
 
-    def as_datum_list(self, threads: int = 1) -> tuple[list[np.ndarray], np.ndarray]:
+    def as_datum_list(self, threads: int = 1, *, layout: str = "CHW",
+                      max_pixels: int | None = datum.MAX_IMAGE_PIXELS
+                      ) -> tuple[list[np.ndarray], np.ndarray]:
         """Decode the records as Caffe Datums of any sizes: a list of ``(c, h, w)`` uint8
-        images, each its own array (no view of the batch), and the labels (int64).
+        images (``layout="HWC"``: ``(h, w, c)``), each its own array (no view of the
+        batch), and the labels (int64).
 
         For photos of mixed sizes, which :meth:`as_datum_array` refuses. ``threads``
         decode the records in parallel, the caller among them (Pillow's JPEG decoder
         releases the GIL). Each image equals :func:`lmdbio.datum.decode_image` of its
         record; JPEGs are decoded straight into it (:func:`lmdbio.images.decode_into`).
+        Bad images raise as in :meth:`as_datum_array`.
         """
-        return _decode_each(self, threads, None, None, None)
+        return _decode_each(self, threads, None, None, None, datum._hwc(layout), max_pixels)
+
+
+def key_at(path, index: int) -> bytes | None:
+    """The key of record ``index`` in key order of the LMDB at ``path``, or None when there is
+    none or the file cannot be read (a cursor walk: for error messages, not hot paths)."""
+    from itertools import islice
+
+    from .lmdbenv import acquire
+    from .recordindex import check_tree
+
+    try:
+        handle = acquire(path, check=check_tree)
+    except Exception:
+        return None
+    try:
+        with handle.env.begin() as txn:
+            keys = txn.cursor().iternext(keys=True, values=False)
+            got = next(islice(keys, int(index), None), None)
+            return None if got is None else bytes(got)
+    except Exception:
+        return None
+    finally:
+        handle.release()
 
 
 def _check_size(size) -> tuple[int, int]:
@@ -84,7 +134,8 @@ def _check_size(size) -> tuple[int, int]:
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise ConfigurationError(f"size must be (height, width), two positive ints, got {size!r}")
+        raise ConfigurationError(f"size must be (height, width), two positive ints, got {size!r}",
+                                 option="size")
     return h, w
 
 
@@ -93,30 +144,36 @@ def _filter(resample: str) -> int:
 
     if resample not in RESAMPLE:
         raise ConfigurationError(f"resample must be one of {', '.join(map(repr, RESAMPLE))}, "
-                                 f"got {resample!r}")
+                                 f"got {resample!r}", option="resample")
     return getattr(Image.Resampling, resample.upper())
 
 
-def _image(d) -> np.ndarray:
-    """The ``(c, h, w)`` uint8 image of a parsed Datum, in an array of its own."""
-    if not d.encoded:
-        return datum.decode_image(d).copy()   # a view of the Datum's bytes: read-only
-    head = images.jpeg_header(d.data)
+def _image(d, hwc: bool, max_pixels) -> np.ndarray:
+    """The image of a parsed Datum, ``(c, h, w)`` (``(h, w, c)``), in an array of its own,
+    after :func:`lmdbio.datum.check_image`."""
+    head = datum.check_image(d, max_pixels)
+    if not d.encoded:   # a view of the Datum's bytes (read-only): copied, transposed or not
+        img = np.frombuffer(d.data, np.uint8).reshape(head)
+        return np.ascontiguousarray(img.transpose(1, 2, 0)) if hwc else img.copy()
     if head is not None and head[0] in (1, 3):   # grey or colour JPEG: straight into it
-        img = np.empty(head, np.uint8)
-        if images.decode_into(d.data, img) == head:
+        c, h, w = head
+        img = np.empty((h, w, c) if hwc else head, np.uint8)
+        if images.decode_into(d.data, img, hwc) == head:
             return img
-    return np.ascontiguousarray(images.decode_chw(d.data))
+    chw = images.decode_chw(d.data)
+    img = np.ascontiguousarray(chw.transpose(1, 2, 0) if hwc else chw)
+    return img if img.flags.writeable and img.base is None else img.copy()
 
 
-def _resized(d, size: tuple[int, int], resample: int) -> np.ndarray:
+def _resized(d, size: tuple[int, int], resample: int, max_pixels) -> np.ndarray:
     """The image of a parsed Datum resized to ``size``, ``(c, h, w)``: decoded as
     :func:`_image` does, then each channel resized by Pillow as an ``L`` image (a view of the
     plane, no copy). Pillow resamples every band of an image alike, so this is
     ``Image.resize`` of the whole image, without packing the planes into pixels first."""
     from PIL import Image
 
-    chw = _image(d) if d.encoded else datum.decode_image(d)
+    chw = _image(d, False, max_pixels) if d.encoded else \
+        datum.decode_image(d, max_pixels=max_pixels)
     if chw.shape[1:] == size:
         return chw
     h, w = size
@@ -128,61 +185,60 @@ def _resized(d, size: tuple[int, int], resample: int) -> np.ndarray:
     return out
 
 
-def _parse(buf: np.ndarray, batch: Batch, i: int):
-    o = int(batch.offsets[i])
-    raw = buf[o:o + int(batch.sizes[i])]
-    d = datum.Datum()
-    try:
-        d.ParseFromString(raw.tobytes())
-    except Exception as exc:  # protobuf raises its own DecodeError
-        raise LmdbioError(f"record {i} of the batch is not a Caffe Datum ({exc})") from None
-    return d
+def _resize_target(batch: Batch, buf, size, out, hwc: bool, max_pixels) -> np.ndarray:
+    """The ``(n, c, h, w)`` array resized images go to (a view of ``out`` when ``hwc``): the
+    caller's, checked, or a new one with the channels of record 0."""
+    n = len(batch.offsets)
+    if out is None:
+        try:
+            d = datum._parse(buf, int(batch.offsets[0]), int(batch.sizes[0]), 0) if n else None
+            c = 0 if d is None else datum._shape_of(d, max_pixels)[0]
+        except ImageError as exc:
+            raise datum._named(ImageError(str(exc), position=0), batch.indices,
+                               batch.key_of) from None
+        out = np.empty((n, *size, c) if hwc else (n, c, *size), np.uint8)
+    if out.ndim != 4 or out.shape[0] != n or out.dtype != np.uint8 or \
+            (out.shape[1:3] if hwc else out.shape[2:]) != size:
+        want = f"(n, {size[0]}, {size[1]}, c)" if hwc else f"(n, c, {size[0]}, {size[1]})"
+        raise ValueError(f"out is a {out.dtype} array of shape {out.shape}; it must be uint8 "
+                         f"{want} with n = {n} records")
+    return out
 
 
-def _decode_each(batch: Batch, threads: int, size, resample, out):
+def _decode_each(batch: Batch, threads: int, size, resample, out, hwc: bool, max_pixels):
     """Every record decoded on its own, on ``threads`` threads: ``(list of images, labels)``,
     or with ``size`` ``(images (n, c, h, w) resized, labels)``."""
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
     n = len(batch.offsets)
-    buf = np.frombuffer(batch.buffer, np.uint8) if not isinstance(batch.buffer, np.ndarray) \
-        else batch.buffer.reshape(-1).view(np.uint8)
+    buf = datum._bytes(batch.buffer)
     labels = np.empty(n, np.int64)
-    if size is not None and out is None:
-        first = _parse(buf, batch, 0) if n else None
-        c = 0 if first is None else (images.shape_of(first.data)[0] if first.encoded
-                                     else first.channels)
-        out = np.empty((n, c, *size), np.uint8)
-    if out is not None and (out.ndim != 4 or out.shape[0] != n or out.dtype != np.uint8
-                            or out.shape[2:] != size):
-        raise ValueError(f"out is a {out.dtype} array of shape {out.shape}; it must be uint8 "
-                         f"(n, c, {size[0]}, {size[1]}) with n = {n} records")
+    if size is not None:
+        out = _resize_target(batch, buf, size, out, hwc, max_pixels)
+        target = out.transpose(0, 3, 1, 2) if hwc else out
     found = [None] * n
 
     def work(i: int):
         try:
-            d = _parse(buf, batch, i)
-        except LmdbioError as exc:
-            return exc
-        try:
+            d = datum._parse(buf, int(batch.offsets[i]), int(batch.sizes[i]), i)
             if size is None:
-                found[i] = _image(d)
+                found[i] = _image(d, hwc, max_pixels)
             else:
-                img = _resized(d, size, resample)
-                if img.shape != out.shape[1:]:
-                    return LmdbioError(
-                        f"record {i} has {img.shape[0]} channels, record 0 "
-                        f"{out.shape[1]}: resized images share one array only with the same "
-                        "channels; use as_datum_list() for images as they are")
-                out[i] = img
-        except LmdbioError as exc:
-            return LmdbioError(f"record {i}: {exc}")
+                img = _resized(d, size, resample, max_pixels)
+                if img.shape != target.shape[1:]:
+                    return ImageError(
+                        f"has {img.shape[0]} channels, record 0 {target.shape[1]}: resized "
+                        "images share one array only with the same channels; use "
+                        "as_datum_list() for images as they are", position=i)
+                target[i] = img
+        except ImageError as exc:
+            return ImageError(str(exc), position=i)
         except Exception as exc:  # Pillow's errors on a damaged JPEG/PNG
-            return LmdbioError(f"record {i} holds an encoded image Pillow cannot decode ({exc})")
+            return ImageError(f"holds an encoded image Pillow cannot decode ({exc})", position=i)
         labels[i] = d.label
         return None
 
-    err = datum._each(threads, list(range(n)), work)
+    err = each(threads, list(range(n)), work)
     if err is not None:
-        raise err
+        raise datum._named(err, batch.indices, batch.key_of)
     return (found if size is None else out), labels

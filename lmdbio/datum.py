@@ -3,21 +3,36 @@
 The message is built from a descriptor in code (no ``.proto`` file, no
 generated module), with Caffe's field numbers:
 channels 1, height 2, width 3, data 4, label 5, float_data 6, encoded 7.
+
+A batch of records decodes into one array (:func:`decode_records`): raw
+Datums of one layout with numpy (:mod:`lmdbio.rawdatum`), any other record
+by protobuf and Pillow. Every image's declared size is checked before
+anything is allocated for it (:func:`check_image`); a record that cannot be
+decoded raises :class:`~lmdbio.errors.ImageError` naming its place in the
+batch, its dataset index and its key.
 """
 
 from __future__ import annotations
 
 import io
-import threading
 
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from . import images
-from .errors import LmdbioError
+from . import images, rawdatum
+from .errors import ConfigurationError, ImageError, LmdbioError
+from .workers import each
 
-__all__ = ["Datum", "encode", "decode", "decode_image", "decode_many", "decode_records",
-           "encode_image_bytes"]
+__all__ = ["Datum", "LAYOUTS", "MAX_IMAGE_PIXELS", "check_image", "encode", "decode",
+           "decode_image", "decode_many", "decode_records", "encode_image_bytes"]
+
+#: Most pixels (height x width) one image may declare: Pillow's own limit for an error,
+#: 178,956,970. Every decoder takes ``max_pixels=`` to set another (None: no limit of ours).
+MAX_IMAGE_PIXELS = images.MAX_PIXELS
+#: Image layouts: Caffe's channel-major ``"CHW"`` (the default) and DALI's ``"HWC"``.
+LAYOUTS = ("CHW", "HWC")
+# The threads of decode_records and Batch's decoders (its public home: lmdbio.workers.each).
+_each = each
 
 
 def _build_datum_class():
@@ -103,283 +118,88 @@ def encode_image_bytes(image_chw: np.ndarray, fmt: str = "JPEG", quality: int = 
     return buf.getvalue()
 
 
-def decode_image(d: "Datum") -> np.ndarray:
-    """The ``(c, h, w)`` uint8 image of a parsed Datum, decoding JPEG/PNG if needed."""
+def _hwc(layout: str) -> bool:
+    if layout not in LAYOUTS:
+        raise ConfigurationError(f"layout must be 'CHW' (Caffe's, the default) or 'HWC' "
+                                 f"(DALI's), got {layout!r}", option="layout")
+    return layout == "HWC"
+
+
+def check_image(d: "Datum", max_pixels: int | None = MAX_IMAGE_PIXELS):
+    """Check the size a parsed Datum declares, before anything is allocated for its image.
+
+    Returns a raw Datum's ``(c, h, w)``, an encoded one's JPEG header ``(c, h, w)``, or
+    None (another encoded format). Raises :class:`~lmdbio.errors.ImageError` for a side of
+    0 or less, more than ``max_pixels`` pixels, empty or unreadable encoded data, or raw
+    data of another length than its shape needs.
+    """
     if d.encoded:
-        return images.decode_chw(d.data)
+        return images.check(d.data, max_pixels)
     c, h, w = d.channels, d.height, d.width
+    if not (c or h or w or d.data or d.float_data):
+        raise ImageError("holds no image: an empty Datum (no shape, no data)")
+    images.check_sides(c, h, w, max_pixels)
     if len(d.data) != c * h * w:
-        raise LmdbioError(f"Datum holds {len(d.data)} data bytes but its shape {c}x{h}x{w} needs {c * h * w}")
-    return np.frombuffer(d.data, dtype=np.uint8).reshape(c, h, w)
+        raise ImageError(f"holds {len(d.data)} data bytes but its shape {c}x{h}x{w} needs "
+                         f"{c * h * w}")
+    return c, h, w
 
 
-def _shape_of(d: "Datum") -> tuple[int, ...]:
-    """The ``(c, h, w)`` :func:`decode_image` gives for a parsed Datum (a JPEG's from its header)."""
-    return images.shape_of(d.data) if d.encoded else decode_image(d).shape
+def decode_image(d: "Datum", *, max_pixels: int | None = MAX_IMAGE_PIXELS,
+                 layout: str = "CHW") -> np.ndarray:
+    """The uint8 image of a parsed Datum, decoding JPEG/PNG if needed: ``(c, h, w)``, or
+    ``(h, w, c)`` with ``layout="HWC"`` (a transposed view for raw Datums).
 
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """One protobuf varint at ``data[pos:]``: ``(value, next position)``; ``(-1, pos)`` if cut."""
-    value = shift = 0
-    while pos < len(data) and shift < 70:
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            return value, pos
-    return -1, pos
-
-
-# What may follow the label in a record the fast path accepts: nothing (lmdbio, protobuf's
-# Python runtime) or ``encoded: false`` (Caffe's C++ sets it explicitly).
-_SUFFIXES = (b"", b"\x38\x00")
-# Longest header the fast path takes: three 5-byte dimensions, encoded, the data tag and length.
-_MAX_HEADER = 3 * 6 + 2 + 6
-
-
-def _template(buf: np.ndarray, off: int, size: int):
-    """The layout of one raw Datum, if the fast path can use it as every record's template.
-
-    Accepted: fields 1-3 (varints, any order; ``encoded: false`` among them),
-    then ``data`` (field 4), then a ``label`` (field 5), then one of
-    ``_SUFFIXES``. Anything else (encoded images, float_data, unknown or
-    repeated later fields) returns None.
-    Returns ``(header_len, data_len, (c, h, w), suffix)``.
+    Raises :class:`~lmdbio.errors.ImageError` (see :func:`check_image`), or when Pillow
+    cannot decode the encoded image.
     """
-    head = buf[off:off + min(size, _MAX_HEADER)].tobytes()
-    pos = 0
-    dims = {1: 0, 2: 0, 3: 0}
-    while pos < len(head):
-        tag = head[pos]
-        pos += 1
-        if tag in (0x08, 0x10, 0x18):
-            value, pos = _varint(head, pos)
-            if value < 0 or value >= 1 << 31:
-                return None
-            dims[tag >> 3] = value
-        elif tag == 0x38:  # encoded: only false keeps the record raw
-            value, pos = _varint(head, pos)
-            if value != 0:
-                return None
-        elif tag == 0x22:
-            data_len, pos = _varint(head, pos)
-            if data_len <= 0 or pos + data_len > size:
-                return None
-            header = pos
-            break
-        else:
-            return None
+    hwc = _hwc(layout)
+    shape = check_image(d, max_pixels)
+    if not d.encoded:
+        img = np.frombuffer(d.data, dtype=np.uint8).reshape(shape)
     else:
-        return None
-    tail = buf[off + header + data_len:off + size].tobytes()
-    if not tail or tail[0] != 0x28:
-        return None
-    label, after = _varint(tail, 1)
-    suffix = tail[after:]
-    c, h, w = dims[1], dims[2], dims[3]
-    if label < 0 or suffix not in _SUFFIXES or c * h * w != data_len:
-        return None
-    return header, data_len, (c, h, w), suffix
-
-
-def _varints(buf: np.ndarray, at: np.ndarray,
-             length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """int32 varints of known byte ``length`` (2..10) at ``at``, vectorised: ``(values, good)``.
-
-    A good one has continuation bits on every byte but the last and is a
-    canonical int32: at most 5 bytes when >= 0, the 10-byte two's complement
-    of its 64-bit sign extension when < 0. Bad ones go through protobuf.
-    """
-    width = np.arange(10)
-    used = width < length[:, None]
-    b = buf[np.where(used, at[:, None] + width, at[:, None])].astype(np.uint64)
-    more = (b & 0x80) != 0
-    framed = (more == (width < length[:, None] - 1)) | ~used
-    value = np.bitwise_or.reduce(((b & 0x7F) << (7 * width).astype(np.uint64)) * used, axis=1)
-    good = framed.all(axis=1) & (((length <= 5) & (value < 1 << 31))
-                                 | ((length == 10) & (value >= np.uint64(2**64 - 2**31))))
-    labels = (value & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
-    return np.where(good, labels, -1), good
-
-
-def _fast_labels(buf: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, tpl,
-                 labels: np.ndarray) -> np.ndarray:
-    """Check every record against the template; fill ``labels`` of those that match.
-
-    Returns the mask of records whose layout is the template's: the same
-    header bytes, then the data, a label varint of any length, and the
-    same suffix, ending exactly at the record's end.
-    """
-    header, data_len, _, suffix = tpl
-    s = len(suffix)
-    size0 = int(sizes[0])
-    if size0 == header + data_len + 2 + s and (sizes == size0).all():
-        # Every record is as long as the first with a one-byte label: one gather of the
-        # header, the label tag, the label and the suffix, compared with the first record's.
-        cols = np.array([*range(header), header + data_len, *range(size0 - s, size0),
-                         header + data_len + 1])
-        got = buf[offsets[:, None] + cols]
-        label = got[:, -1]
-        labels[:] = label
-        return (got[:, :-1] == got[0, :-1]).all(axis=1) & (label < 0x80)
-    lab_at = offsets + (header + data_len + 1)
-    vlen = sizes - (header + data_len + 1 + s)
-    ok = vlen >= 1
-    if not ok.all():  # records too short: point their gathers at record 0 (masked out anyway)
-        offsets, lab_at, vlen = (np.where(ok, a, a[0]) for a in (offsets, lab_at, vlen))
-    o0 = int(offsets[0])
-    ok &= (buf[offsets[:, None] + np.arange(header)] == buf[o0:o0 + header]).all(axis=1)
-    ok &= buf[lab_at - 1] == 0x28
-    if s:
-        tail = (lab_at + vlen)[:, None] + np.arange(s)
-        ok &= (buf[tail] == np.frombuffer(suffix, np.uint8)).all(axis=1)
-    first = buf[lab_at]
-    labels[:] = first
-    one = vlen == 1
-    if one.all():  # the common case: every label below 128
-        ok &= first < 0x80
-        return ok
-    ok &= ~one | (first < 0x80)
-    multi = np.flatnonzero(ok & ~one)
-    if len(multi):
-        more, good = _varints(buf, lab_at[multi], np.minimum(vlen[multi], 10))
-        labels[multi] = more
-        ok[multi] &= good & (vlen[multi] <= 10)
-    return ok
-
-
-class _Layout:
-    """One raw Datum layout, kept across batches: its bytes and, per batch length, the bytes a
-    whole batch of it must hold (see :func:`_decode_uniform`).
-
-    A record of the layout is ``size`` bytes: ``header`` (the shape and the data
-    length), the image, then the tail: the label tag (0x28), a one-byte label
-    (below 0x80: no continuation bit) and the suffix, ``tail_len`` bytes in all.
-    """
-
-    __slots__ = ("shape", "header", "size", "tail_at", "tail_len", "suffix", "_by_n")
-
-    def __init__(self, buf: np.ndarray, off: int, tpl):
-        header, data_len, shape, suffix = tpl
-        self.shape = shape
-        self.header = buf[off:off + header].tobytes()
-        self.tail_at = header + data_len
-        self.size = self.tail_at + 2 + len(suffix)
-        self.tail_len = 2 + len(suffix)
-        self.suffix = suffix
-        self._by_n: dict = {}
-
-    def expected(self, n: int) -> tuple[bytes, bytes, tuple[tuple[int, bytes], ...]]:
-        """What ``n`` records of this layout hold, as bytes: their sizes (int64), their
-        headers, and ``(j, bytes)`` for every tail byte j but the label's (its column of
-        the tails, read with a stride of ``tail_len``)."""
-        got = self._by_n.get(n)
-        if got is None:
-            if len(self._by_n) >= 16:  # batch lengths seen: a few (the last batch is shorter)
-                self._by_n.clear()
-            columns = ((0, b"\x28" * n),
-                       *((2 + j, bytes([v]) * n) for j, v in enumerate(self.suffix)))
-            got = self._by_n[n] = (np.full(n, self.size, np.int64).tobytes(), self.header * n,
-                                   columns)
-        return got
-
-    def decode(self, buf: np.ndarray, offsets: np.ndarray, sizes: bytes, out):
-        """``(images, labels)`` if every record is of this layout, else None (nothing written)."""
-        n = len(offsets)
-        want_sizes, heads, columns = self.expected(n)
-        if sizes != want_sizes or len(buf) < self.size or \
-                (out is not None and out.shape[1:] != self.shape):
-            return None
-        # Row o of ``records`` is the ``size`` bytes from offset o: one fancy index per part
-        # takes that part of every record (an offset past the end raises IndexError).
-        records = np.ndarray((len(buf) - self.size + 1, self.size), np.uint8, buf, 0, (1, 1))
         try:
-            if records[offsets, :len(self.header)].tobytes() != heads:
-                return None
-            tail = records[offsets, self.tail_at:]
-        except IndexError:
-            return None
-        tails = tail.tobytes()
-        if not tails[1::self.tail_len].isascii() or \
-                any(tails[j::self.tail_len] != want for j, want in columns):
-            return None
-        labels = tail[:, 1].astype(np.int64)
-        images = records[offsets, len(self.header):self.tail_at].reshape(n, *self.shape)
-        if out is None:
-            return images, labels
-        out[...] = images
-        return out, labels
+            img = images.decode_chw(d.data)
+        except Exception as exc:  # Pillow's errors on a damaged JPEG/PNG
+            raise ImageError(f"holds an encoded image Pillow cannot decode ({exc})") from None
+    return img.transpose(1, 2, 0) if hwc else img
 
 
-# Layouts of recent batches, the last used first: consecutive batches of one dataset share
-# one, so a batch costs a few byte comparisons instead of a header parse; a few are kept for
-# readers of different datasets in one process. Replaced whole (atomic under threads).
-_LAYOUTS: tuple[_Layout, ...] = ()
-_MAX_LAYOUTS = 4
+def _shape_of(d: "Datum", max_pixels) -> tuple[int, ...]:
+    """The ``(c, h, w)`` :func:`decode_image` gives for a parsed Datum (a JPEG's from its
+    header), after :func:`check_image`."""
+    shape = check_image(d, max_pixels)
+    if not d.encoded:
+        return shape
+    try:
+        return images.shape_of(d.data)
+    except Exception as exc:
+        raise ImageError(f"holds an encoded image Pillow cannot decode ({exc})") from None
 
 
-def _decode_uniform(buf: np.ndarray, offsets: np.ndarray, sizes: np.ndarray,
-                    shape: tuple[int, int, int] | None, out: np.ndarray | None):
-    """The common batch, whole or not at all: every record of one layout (one size, the same
-    header, label tag and suffix, a one-byte label). ``(images, labels)``, or None when any
-    record differs (nothing written to ``out``).
-    """
-    global _LAYOUTS
-    if np.minimum.reduce(offsets) < 0:
-        return None
-    size_bytes = sizes.tobytes()
-    layouts = _LAYOUTS
-    for lay in layouts:
-        if shape is None or tuple(shape) == lay.shape:
-            got = lay.decode(buf, offsets, size_bytes, out)
-            if got is not None:
-                if lay is not layouts[0]:
-                    _LAYOUTS = (lay, *(x for x in layouts if x is not lay))
-                return got
-    o0, s0 = int(offsets[0]), int(sizes[0])
-    if o0 + s0 > len(buf):
-        return None
-    tpl = _template(buf, o0, s0)
-    if tpl is None or (shape is not None and tuple(shape) != tpl[2]):
-        return None
-    lay = _Layout(buf, o0, tpl)
-    if any((x.header, x.size, x.suffix) == (lay.header, lay.size, lay.suffix)
-           for x in layouts):
-        return None  # tried above: some record differs
-    _LAYOUTS = (lay, *layouts[:_MAX_LAYOUTS - 1])
-    return lay.decode(buf, offsets, size_bytes, out)
+def _named(err: ImageError, indices, key_of) -> ImageError:
+    """``err`` of record ``err.position`` with the record named: its dataset index (from
+    ``indices``) and its key (``key_of(index)``, looked up only now, on the error path)."""
+    i = err.position
+    index = key = None
+    where = ""
+    if indices is not None and i is not None:
+        index = int(indices[i])
+        try:
+            key = key_of(index) if key_of is not None else None
+        except Exception:  # the error being raised matters more than the key
+            key = None
+        where = f" (dataset index {index}" + (f", key {key!r})" if key is not None else ")")
+    return ImageError(f"record {i} of the batch{where} {err}", position=i, index=index, key=key)
 
 
-def _gather(buf: np.ndarray, starts: np.ndarray, rows: np.ndarray | None, out: np.ndarray) -> None:
-    """Copy the image bytes at ``starts`` into ``out[rows]`` (None: every row, in order).
-
-    Records that lie at one stride (a batch read in file order) are copied a
-    run at a time; records in any other order (a shuffled batch) are taken
-    with one fancy index over a view of every L-byte window of the buffer.
-    """
-    n, c, h, w = out.shape
-    if rows is None and out.flags.c_contiguous and n > 1:
-        # Records in file order lie at one stride (one page per CIFAR record) broken only
-        # where LMDB put a leaf page: copy each stretch at that stride with one strided copy.
-        step = np.diff(starts)
-        stride = int(step[0])
-        cuts = np.flatnonzero(step != stride)
-        if len(cuts) <= n // 8:
-            # Between two cuts every step is ``stride``, so each stretch is one strided view.
-            flat = out.reshape(n, -1)
-            bounds = [0, *(cuts + 1).tolist(), n] if len(cuts) else (0, n)
-            for first, end in zip(bounds[:-1], bounds[1:]):
-                np.copyto(flat[first:end], np.ndarray((end - first, c * h * w), np.uint8, buf,
-                                                      int(starts[first]), (stride, 1)))
-            return
-    size = c * h * w
-    windows = np.ndarray((len(buf) - size + 1, size), np.uint8, buf, 0, (1, 1))
-    images = windows[starts].reshape(-1, c, h, w)
-    if rows is None:
-        out[...] = images
-    else:
-        out[rows] = images
+def _parse(buf: np.ndarray, o: int, size: int, i: int) -> "Datum":
+    d = Datum()
+    try:
+        d.ParseFromString(buf[o:o + size].tobytes())
+    except Exception as exc:  # protobuf raises its own DecodeError
+        raise ImageError(f"is not a Caffe Datum ({exc})", position=i) from None
+    return d
 
 
 def _int64s(a) -> np.ndarray:
@@ -389,183 +209,177 @@ def _int64s(a) -> np.ndarray:
     return np.asarray(a, dtype=np.int64).reshape(-1)
 
 
-def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
-                   shape: tuple[int, int, int] | None = None,
-                   out: np.ndarray | None = None,
-                   threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Decode records ``buffer[offsets[i]:offsets[i] + sizes[i]]`` as Caffe Datums, batch at once.
-
-    Raw Datums laid out like the first record (the same header bytes, so the
-    same shape and data length; a label varint of any length; the same
-    trailer) are checked and gathered with numpy, without a per-record
-    Python loop. Any other record (another shape, encoded, float_data,
-    another field order) is parsed by protobuf, so the result equals
-    :func:`decode_image` and ``label`` of :func:`decode` on every record.
-
-    The images are always copied out of ``buffer``, never a view of it: a
-    Batch's buffer is a slot the Reader refills at the second following
-    ``read_batch()``, and records in file order are not at one stride anyway
-    (LMDB's leaf pages cut a CIFAR batch into about four stretches).
-
-    Args:
-        buffer: the bytes-like buffer holding the records (a Batch's ``buffer``).
-        offsets, sizes: where each record lies in ``buffer``.
-        shape: ``(c, h, w)`` of every image; taken from the first record if None.
-        out: optional preallocated ``(n, c, h, w)`` uint8 array to fill.
-        threads: threads decoding the records protobuf takes (encoded JPEG/PNG
-            ones: Pillow releases the GIL), the caller among them; 1 decodes
-            them in the caller alone. JPEGs are decoded straight into ``out``
-            (see :mod:`lmdbio.images`), with the pixels of :func:`decode_image`.
-    Returns:
-        ``(images (n, c, h, w) uint8, labels int64)``.
-    """
-    # A Batch's arrays are already 1-D uint8 and int64: take them as they are (a 16-record
-    # share costs a few microseconds, so each numpy call counts).
+def _bytes(buffer) -> np.ndarray:
+    """A 1-D uint8 array of ``buffer`` (a Batch's buffer is one already: taken as it is, since
+    a 16-record share costs a few microseconds and each numpy call counts)."""
     if not isinstance(buffer, np.ndarray):
-        buf = np.frombuffer(buffer, dtype=np.uint8)
-    elif buffer.ndim != 1 or buffer.dtype != np.uint8:
-        buf = buffer.reshape(-1).view(np.uint8)
-    else:
-        buf = buffer
-    offsets, sizes = _int64s(offsets), _int64s(sizes)
-    n = len(offsets)
+        return np.frombuffer(buffer, dtype=np.uint8)
+    if buffer.ndim != 1 or buffer.dtype != np.uint8:
+        return buffer.reshape(-1).view(np.uint8)
+    return buffer
+
+
+def _check_args(n: int, sizes: np.ndarray, threads, out, hwc: bool) -> None:
     if len(sizes) != n:
         raise ValueError(f"{n} offsets but {len(sizes)} sizes; give one size per record")
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
     if out is not None and (out.ndim != 4 or out.shape[0] != n or out.dtype != np.uint8):
         raise ValueError(f"out is a {out.dtype} array of shape {out.shape}; it must be uint8 "
-                         f"(n, c, h, w) with n = {n} records")
+                         f"{'(n, h, w, c)' if hwc else '(n, c, h, w)'} with n = {n} records")
+
+
+def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
+                   shape: tuple[int, int, int] | None = None,
+                   out: np.ndarray | None = None,
+                   threads: int = 1, *, layout: str = "CHW", copy: bool = True,
+                   max_pixels: int | None = MAX_IMAGE_PIXELS, indices=None,
+                   key_of=None) -> tuple[np.ndarray, np.ndarray]:
+    """Decode records ``buffer[offsets[i]:offsets[i] + sizes[i]]`` as Caffe Datums, batch at once.
+
+    Raw Datums laid out like the first record (the same header bytes, so the
+    same shape and data length; a label varint of any length; the same
+    trailer) are checked and gathered with numpy (:mod:`lmdbio.rawdatum`),
+    without a per-record Python loop, their pixels copied once, straight into
+    ``out``. Any other record (another shape, encoded, float_data, another
+    field order) is parsed by protobuf, so the result equals
+    :func:`decode_image` and ``label`` of :func:`decode` on every record,
+    and the records :func:`decode_image` refuses raise here.
+
+    Args:
+        buffer: the bytes-like buffer holding the records (a Batch's ``buffer``).
+        offsets, sizes: where each record lies in ``buffer``.
+        shape: the shape of every image, in ``layout``; taken from the first record if None.
+        out: optional preallocated ``(n, c, h, w)`` (``(n, h, w, c)``) uint8 array to fill.
+        threads: threads decoding the records protobuf takes (encoded JPEG/PNG
+            ones: Pillow releases the GIL), the caller among them; 1 decodes
+            them in the caller alone. JPEGs are decoded straight into ``out``
+            (see :mod:`lmdbio.images`), with the pixels of :func:`decode_image`.
+        layout: ``"CHW"`` (Caffe's) or ``"HWC"`` (DALI's: JPEGs decode without a
+            channel split; raw Datums, stored CHW, are transposed as they are copied).
+        copy: False lets the images be a read-only view of ``buffer`` when every record
+            is a raw Datum of one layout at one stride (no copy at all); it lives as long
+            as ``buffer`` holds them (a Batch's: until the second following
+            ``read_batch()``). Otherwise, and by default, a new array.
+        max_pixels: the most pixels one image may declare (see :func:`check_image`).
+        indices, key_of: the records' dataset indices and a ``key_of(index)`` lookup,
+            named in errors (a Batch's ``indices`` and ``key_of``).
+    Returns:
+        ``(images uint8, labels int64)``.
+    Raises:
+        ImageError: naming the first record that cannot be decoded into the batch.
+    """
+    buf = _bytes(buffer)
+    offsets, sizes = _int64s(offsets), _int64s(sizes)
+    n = len(offsets)
+    hwc = _hwc(layout)
+    _check_args(n, sizes, threads, out, hwc)
+    chw = None if shape is None else tuple(shape)
+    if hwc and chw is not None:
+        chw = (chw[2], chw[0], chw[1])
     if n == 0:
-        c, h, w = shape or (0, 0, 0)
-        return (out if out is not None else np.empty((0, c, h, w), np.uint8)), \
-            np.empty(0, np.int64)
-    got = _decode_uniform(buf, offsets, sizes, shape, out)
+        c, h, w = chw or (0, 0, 0)
+        return (out if out is not None else
+                np.empty((0, h, w, c) if hwc else (0, c, h, w), np.uint8)), np.empty(0, np.int64)
+    got = rawdatum.decode_uniform(buf, offsets, sizes, chw, out, hwc=hwc, view=not copy,
+                                  max_pixels=max_pixels)
     if got is not None:
         return got
-    labels = np.empty(n, dtype=np.int64)
     if min(offsets.min(), sizes.min()) < 0 or (offsets + sizes).max() > len(buf):
         raise ValueError(f"records lie outside the {len(buf)}-byte buffer; offsets and sizes "
                          "must describe records inside it")
-    tpl = _template(buf, int(offsets[0]), int(sizes[0]))
-    if out is None:
-        if shape is None:
-            shape = tpl[2] if tpl is not None else \
-                _shape_of(decode(buf[offsets[0]:offsets[0] + sizes[0]]))
-        out = np.empty((n, *shape), dtype=np.uint8)
-    # Not the common batch: the record-by-record checks, with the first record's template.
-    if tpl is None or tpl[2] != out.shape[1:]:
-        ok = np.zeros(n, dtype=bool)  # protobuf's path names the first record of a wrong shape
-    else:
-        ok = _fast_labels(buf, offsets, sizes, tpl, labels)
-    if ok.all():
-        _gather(buf, offsets + tpl[0], None, out)
-        return out, labels
-    fast = np.flatnonzero(ok)
-    if len(fast):
-        _gather(buf, offsets[fast] + tpl[0], fast, out)
-    slow = np.flatnonzero(~ok).tolist()
-    err = _each(threads, slow, lambda i: _decode_one(buf, offsets, sizes, i, out, labels))
+    tpl = rawdatum.template(buf, int(offsets[0]), int(sizes[0]))
+    if tpl is not None and max_pixels is not None and tpl[2][1] * tpl[2][2] > max_pixels:
+        tpl = None  # protobuf's path names the record
+    try:
+        if out is None:
+            if chw is None:
+                chw = tpl[2] if tpl is not None else \
+                    _shape_of(_parse(buf, int(offsets[0]), int(sizes[0]), 0), max_pixels)
+            c, h, w = chw
+            out = np.empty((n, h, w, c) if hwc else (n, c, h, w), np.uint8)
+    except ImageError as exc:
+        raise _named(ImageError(str(exc), position=0), indices, key_of) from None
+    labels = np.empty(n, dtype=np.int64)
+    err = _decode_mixed(buf, offsets, sizes, tpl, out, labels, hwc, threads, max_pixels)
     if err is not None:
-        raise err
+        raise _named(err, indices, key_of)
     return out, labels
 
 
-def _each(threads: int, items: list, work):
-    """``work(i)`` for every i of ``items`` (ascending) on ``threads`` threads; the error of
-    the smallest item that returned one, or None.
-
-    Pillow releases the GIL while it decodes, so encoded records decode in
-    parallel. The caller is one of the threads and each takes the next item
-    from one shared iterator: no task per record, and a thread that the
-    machine slows down takes fewer.
-    """
-    if threads == 1 or len(items) < 2:
-        for i in items:
-            err = work(i)
-            if err is not None:
-                return err
+def _decode_mixed(buf, offsets, sizes, tpl, out, labels, hwc: bool, threads: int, max_pixels):
+    """Not the common batch: the records of the first record's template gathered with numpy,
+    the others by protobuf; the error of the first record that fails, or None."""
+    n = len(offsets)
+    target = out.transpose(0, 3, 1, 2) if hwc else out
+    if tpl is None or tpl[2] != target.shape[1:]:
+        ok = np.zeros(n, dtype=bool)  # protobuf's path names the first record of a wrong shape
+    else:
+        ok = rawdatum.fast_labels(buf, offsets, sizes, tpl, labels)
+    if ok.all():
+        rawdatum.gather(buf, offsets + tpl[0], None, target)
         return None
-    todo = iter(items)  # next() on a list iterator is atomic under the GIL
-    errors: dict = {}
-
-    def loop():
-        for i in todo:
-            err = work(i)
-            if err is not None:
-                errors[i] = err
-
-    helpers = [_pool(threads - 1).submit(loop) for _ in range(min(threads, len(items)) - 1)]
-    try:
-        loop()
-    finally:
-        for f in helpers:  # a helper that has not started finds nothing left: drop it
-            if not f.cancel():
-                f.result()
-    return errors[min(errors)] if errors else None
+    fast = np.flatnonzero(ok)
+    if len(fast):
+        rawdatum.gather(buf, offsets[fast] + tpl[0], fast, target)
+    slow = np.flatnonzero(~ok).tolist()
+    return each(threads, slow,
+                lambda i: _decode_one(buf, offsets, sizes, i, out, labels, hwc, max_pixels))
 
 
-_POOLS: dict = {}
-_POOLS_LOCK = threading.Lock()
-
-
-def _pool(threads: int):
-    """One shared thread pool per size, made on first use (its threads live with the process)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with _POOLS_LOCK:
-        if threads not in _POOLS:
-            _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="lmdbio-decode")
-        return _POOLS[threads]
-
-
-def _decode_one(buf, offsets, sizes, i: int, out: np.ndarray, labels: np.ndarray):
+def _decode_one(buf, offsets, sizes, i: int, out: np.ndarray, labels: np.ndarray, hwc: bool,
+                max_pixels) -> ImageError | None:
     """Decode record ``i`` with protobuf (and Pillow) into ``out[i]``; the error, or None."""
-    d = Datum()
-    o = int(offsets[i])
+    want = out.shape[1:]
+    chw = (want[2], want[0], want[1]) if hwc else want
     try:
-        d.ParseFromString(buf[o:o + int(sizes[i])].tobytes())
-    except Exception as exc:
-        return LmdbioError(f"record {i} of the batch is not a Caffe Datum ({exc})")
-    try:
-        if d.encoded:  # decoded straight into out[i] when it has the shape
-            shape = images.decode_into(d.data, out[i])
-        else:
-            img = decode_image(d)
-            shape = img.shape
-            if shape == out.shape[1:]:
-                out[i] = img
-    except LmdbioError as exc:
-        return LmdbioError(f"record {i}: {exc}")
+        d = _parse(buf, int(offsets[i]), int(sizes[i]), i)
+        head = check_image(d, max_pixels)
+        if not d.encoded:
+            shape = head
+            if shape == chw:
+                img = np.frombuffer(d.data, np.uint8).reshape(shape)
+                out[i] = img.transpose(1, 2, 0) if hwc else img
+        elif head is not None and head[0] in (1, 3) and head != chw:
+            shape = head  # another size: named without decoding it
+        else:  # decoded straight into out[i] when it has the shape
+            shape = images.decode_into(d.data, out[i], hwc)
+    except ImageError as exc:
+        return ImageError(str(exc), position=i)
     except Exception as exc:  # Pillow's errors on a damaged JPEG/PNG
-        return LmdbioError(f"record {i} holds an encoded image Pillow cannot decode ({exc})")
-    if shape != out.shape[1:]:
-        return LmdbioError(f"record {i} has image shape {shape}, expected {out.shape[1:]}; "
-                           "images of different sizes cannot share one array: decode them "
-                           "with Batch.as_datum_list(threads=N) (a list of arrays), or "
-                           "resize each with Batch.as_datum_array(size=(h, w))")
+        return ImageError(f"holds an encoded image Pillow cannot decode ({exc})", position=i)
+    if shape != chw:
+        got = (shape[1], shape[2], shape[0]) if hwc and len(shape) == 3 else shape
+        return ImageError(
+            f"has image shape {got}, expected {want}; images of different sizes cannot share "
+            "one array: decode them with Batch.as_datum_list(threads=N) (a list of arrays), "
+            "or resize each with Batch.as_datum_array(size=(h, w))", position=i)
     labels[i] = d.label
     return None
 
 
 def decode_many(values, shape: tuple[int, int, int] | None = None,
-                out: np.ndarray | None = None, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Decode many Datums into one ``(n, c, h, w)`` uint8 array plus int64 labels.
+                out: np.ndarray | None = None, threads: int = 1, *, layout: str = "CHW",
+                copy: bool = True, max_pixels: int | None = MAX_IMAGE_PIXELS
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Decode many Datums into one ``(n, c, h, w)`` (``layout="HWC"``: ``(n, h, w, c)``)
+    uint8 array plus int64 labels.
 
     Args:
         values: a Batch (anything with ``buffer``, ``offsets`` and ``sizes``),
             decoded in place, or serialized Datums (bytes-like), joined first.
-        shape: ``(c, h, w)`` of every image; taken from the first record if None.
-        out: optional preallocated ``(n, c, h, w)`` uint8 array to fill.
-        threads: threads for encoded records (see :func:`decode_records`).
+        shape, out, threads, layout, copy, max_pixels: see :func:`decode_records`.
     Returns:
         ``(images, labels)``; see :func:`decode_records`.
     """
+    kw = dict(shape=shape, out=out, threads=threads, layout=layout, copy=copy,
+              max_pixels=max_pixels)
     if all(hasattr(values, a) for a in ("buffer", "offsets", "sizes")):
-        return decode_records(values.buffer, values.offsets, values.sizes, shape=shape, out=out,
-                              threads=threads)
+        return decode_records(values.buffer, values.offsets, values.sizes,
+                              indices=getattr(values, "indices", None),
+                              key_of=getattr(values, "key_of", None), **kw)
     values = [v if isinstance(v, (bytes, bytearray)) else memoryview(v).cast("B") for v in values]
     sizes = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
     offsets = np.zeros(len(values), dtype=np.int64)
     np.cumsum(sizes[:-1], out=offsets[1:])
-    return decode_records(b"".join(values), offsets, sizes, shape=shape, out=out, threads=threads)
+    return decode_records(b"".join(values), offsets, sizes, **kw)

@@ -16,6 +16,15 @@ Anything else (PNG, CMYK, 12-bit or lossless JPEG, a header this reader does
 not follow, a decoder error) goes through ``Image.open``, so it decodes, or
 fails, as the reference does. The decoder releases the GIL, so threads decode
 in parallel.
+
+In DALI's layout (``hwc=True``, ``(h, w, c)``) Pillow packs the RGBX pixels to
+RGB and they are copied as they are: no channel split.
+
+Before anything is allocated for an image, :func:`check` reads the size its
+file declares (the JPEG frame header, the PNG ``IHDR``, else Pillow's lazy
+``Image.open``) and refuses, with :class:`~lmdbio.errors.ImageError`, empty
+data, a file Pillow cannot identify, a zero side, and more pixels than
+``max_pixels`` (default :data:`MAX_PIXELS`).
 """
 
 from __future__ import annotations
@@ -25,7 +34,14 @@ import threading
 
 import numpy as np
 
-__all__ = ["decode_chw", "decode_into", "jpeg_header", "shape_of"]
+from .errors import ImageError
+
+__all__ = ["MAX_PIXELS", "check", "check_sides", "decode_chw", "decode_into", "jpeg_header", "shape_of"]
+
+#: Most pixels (height x width) an image may declare: Pillow's own limit for an error
+#: (twice ``PIL.Image.MAX_IMAGE_PIXELS``'s default), 178,956,970, about 0.5 GB of RGB.
+MAX_PIXELS = 2 * (1024 * 1024 * 1024 // 4 // 3)
+_PNG = b"\x89PNG\r\n\x1a\n"
 
 # Start-of-frame markers of the Huffman-coded DCT JPEGs (baseline, extended, progressive):
 # libjpeg decodes them all with the options Pillow sets.
@@ -100,15 +116,21 @@ def _target(raw: str, height: int, width: int):
     return got
 
 
-def _decode_jpeg(data, raw: str, height: int, width: int, out: np.ndarray) -> None:
-    """Pillow's JPEG decoder into the scratch image, then its channels into ``out``.
+def _decode_jpeg(data, raw: str, height: int, width: int, out: np.ndarray, hwc: bool) -> None:
+    """Pillow's JPEG decoder into the scratch image, then its channels into ``out``
+    (``(c, h, w)``, or ``(h, w, c)`` with ``hwc``).
 
     Raises ValueError or OSError (Pillow's) when the decoder does not finish.
     """
     _, array, image, temp = _target(raw, height, width)
     image.frombytes(data, "jpeg", raw, "")
     if temp is None:
-        np.copyto(out[0], array)
+        np.copyto(out[..., 0] if hwc else out[0], array)
+        return
+    if hwc:  # RGBX -> RGB by Pillow's packer, then one plain copy (numpy's 4 -> 3 byte
+        # strided copy is some 30 times slower, its inner loop three bytes long)
+        packed = np.frombuffer(image.tobytes("raw", "RGB"), np.uint8)
+        np.copyto(out, packed.reshape(height, width, 3))
         return
     # RGBX bytes read as little-endian words: R is bits 0-7, G 8-15, B 16-23.
     words = array.view("<u4").reshape(height, width)
@@ -130,6 +152,52 @@ def decode_chw(data) -> np.ndarray:
     return np.moveaxis(hwc, -1, 0)
 
 
+def check_sides(c: int | None, h: int, w: int, max_pixels: int | None) -> None:
+    """Refuse (:class:`~lmdbio.errors.ImageError`) a declared side of 0 or less (``c`` None:
+    not known) and more than ``max_pixels`` pixels (None: no limit)."""
+    if h <= 0 or w <= 0 or (c is not None and c <= 0):
+        what = f"{h} x {w} image" + ("" if c is None else f" of {c} channels")
+        raise ImageError(f"declares a {what}: every side must be positive (a damaged or "
+                         "forged header)")
+    if max_pixels is not None and h * w > max_pixels:
+        raise ImageError(f"declares {h} x {w} = {h * w:,} pixels, more than max_pixels = "
+                         f"{max_pixels:,} (a decompression bomb?); pass a larger max_pixels "
+                         "to decode it")
+
+
+def check(data, max_pixels: int | None = MAX_PIXELS) -> tuple[int, int, int] | None:
+    """Check the size an encoded image declares, before anything is allocated for it.
+
+    Returns the ``(components, height, width)`` of :func:`jpeg_header` when there is one,
+    else None. Raises :class:`~lmdbio.errors.ImageError` for empty data, data Pillow
+    cannot identify, a side of 0 (or 0 components), or more than ``max_pixels`` pixels
+    (None: no limit of ours; Pillow's own ``Image.MAX_IMAGE_PIXELS`` check still applies).
+    """
+    if len(data) == 0:
+        raise ImageError("holds no image data (an encoded image of 0 bytes)")
+    head = jpeg_header(data)
+    if head is not None:
+        check_sides(*head, max_pixels)
+        return head
+    if len(data) >= 24 and data[:8] == _PNG and data[12:16] == b"IHDR":
+        h, w = int.from_bytes(data[20:24], "big"), int.from_bytes(data[16:20], "big")
+    else:
+        from PIL import Image, UnidentifiedImageError
+
+        try:  # lazy: reads the header, allocates no pixels
+            with Image.open(io.BytesIO(data)) as im:
+                w, h = im.size
+        except Image.DecompressionBombError as exc:
+            raise ImageError(f"declares more pixels than Pillow allows ({exc})") from None
+        except UnidentifiedImageError:
+            raise ImageError("holds an encoded image Pillow cannot decode (no format it knows "
+                             f"starts {bytes(data[:8])!r})") from None
+        except Exception as exc:  # a cut or damaged header: Pillow's words
+            raise ImageError(f"holds an encoded image Pillow cannot decode ({exc})") from None
+    check_sides(None, h, w, max_pixels)
+    return None
+
+
 def shape_of(data) -> tuple[int, ...]:
     """The ``(c, h, w)`` :func:`decode_chw` gives: from the header of a grey or colour JPEG,
     else by decoding."""
@@ -139,24 +207,26 @@ def shape_of(data) -> tuple[int, ...]:
     return decode_chw(data).shape
 
 
-def decode_into(data, out: np.ndarray) -> tuple[int, ...]:
-    """Decode a JPEG/PNG file into ``out``, a ``(c, h, w)`` uint8 array, if it has that shape.
+def decode_into(data, out: np.ndarray, hwc: bool = False) -> tuple[int, ...]:
+    """Decode a JPEG/PNG file into ``out``, a ``(c, h, w)`` uint8 array (``(h, w, c)`` with
+    ``hwc``), if it has that shape.
 
     Returns the image's ``(c, h, w)``; ``out`` is written only when that is
-    ``out.shape``. Raises Pillow's errors for a file it cannot decode.
+    its shape. Raises Pillow's errors for a file it cannot decode.
     """
     head = jpeg_header(data)
-    if head is not None and head == out.shape and head[0] in _RAW:
+    want = (out.shape[2], out.shape[0], out.shape[1]) if hwc else out.shape
+    if head is not None and head == want and head[0] in _RAW:
         from PIL import Image
 
         limit = Image.MAX_IMAGE_PIXELS  # Image.open's bomb check decides beyond it
         if limit is None or head[1] * head[2] <= limit:
             try:
-                _decode_jpeg(data, _RAW[head[0]], head[1], head[2], out)
+                _decode_jpeg(data, _RAW[head[0]], head[1], head[2], out, hwc)
                 return head
             except (ValueError, OSError):
                 pass  # cut or damaged: Image.open decodes it, or says why not
     image = decode_chw(data)
-    if image.shape == out.shape:
-        out[...] = image
+    if image.shape == want:
+        out[...] = image.transpose(1, 2, 0) if hwc else image
     return image.shape

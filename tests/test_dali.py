@@ -54,7 +54,7 @@ def test_dali_jpeg_decode_is_close_to_ours(datasets):
     images, labels = peer.dali_records(datasets["jpeg"], 8, batch=4)
     parsed, want = _lmdbio_records(datasets["jpeg"], 0, 8)
     assert np.array_equal(labels, want)
-    ours = np.stack([np.moveaxis(datum.decode_image(d), 0, -1) for d in parsed])
+    ours = np.stack([datum.decode_image(d, layout="HWC") for d in parsed])  # DALI's layout
     images = np.stack(images)
     assert images.shape == ours.shape == (8, 256, 256, 3)
     # Two JPEG decoders (libjpeg-turbo in Pillow, nvImageCodec's CPU path in DALI) may round

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from lmdbio import datum
+from lmdbio import datum, rawdatum
 from lmdbio.errors import LmdbioError
 
 
@@ -150,11 +150,11 @@ def test_mixed_shapes_are_decoded_or_named():
     small = [datum.encode(im, 1) for im in _images(3, (3, 4, 4))]
     other = datum.encode(_images(1, (3, 5, 5))[0], 2)
     with pytest.raises(LmdbioError,
-                       match=r"record 2 has image shape \(3, 5, 5\), expected \(3, 4, 4\)"):
+                       match=r"record 2 of the batch has image shape \(3, 5, 5\), expected \(3, 4, 4\)"):
         datum.decode_many([*small[:2], other, small[2]])
     # Same number of bytes, another shape: the header differs, so protobuf decides.
     flat = datum.encode(_images(1, (1, 4, 12))[0], 3)
-    with pytest.raises(LmdbioError, match="record 1 has image shape"):
+    with pytest.raises(LmdbioError, match="record 1 of the batch has image shape"):
         datum.decode_many([small[0], flat])
     images, _ = datum.decode_many([flat], shape=None)
     assert images.shape == (1, 1, 4, 12)
@@ -232,7 +232,7 @@ def test_threaded_errors_name_the_first_bad_record():
     img = _images(1, (3, 8, 8))[0]
     png = datum.encode(encoded_bytes=datum.encode_image_bytes(img, "PNG"), label=1)
     broken = datum.encode(encoded_bytes=b"\x89PNG not really", label=2)
-    with pytest.raises(LmdbioError, match="record 2 holds an encoded image Pillow cannot decode"):
+    with pytest.raises(LmdbioError, match="record 2 of the batch holds an encoded image Pillow cannot decode"):
         datum.decode_many([png, png, broken, png, broken], threads=3)
     with pytest.raises(ValueError, match="threads must be a positive integer"):
         datum.decode_many([png], threads=0)
@@ -256,9 +256,9 @@ def test_records_in_any_order_of_the_buffer(order):
 
 def _uniform_takes(b) -> bool:
     """Whether the whole-batch path takes this batch (it writes nothing when it does not)."""
-    shape = datum._template(b.buffer, int(b.offsets[0]), int(b.sizes[0]))[2]
+    shape = rawdatum.template(b.buffer, int(b.offsets[0]), int(b.sizes[0]))[2]
     out = np.zeros((len(b), *shape), np.uint8)
-    took = datum._decode_uniform(b.buffer, b.offsets, b.sizes, None, out)
+    took = rawdatum.decode_uniform(b.buffer, b.offsets, b.sizes, None, out)
     assert took is not None or not out.any()
     return took is not None
 

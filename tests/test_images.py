@@ -138,7 +138,7 @@ def test_odd_jpegs_decode_as_pillow_does(odd):
 def test_cut_jpeg_is_an_error_naming_the_record(threads):
     good = _file(_photo(24, 40, 3))
     cut = good[:len(good) // 2]
-    with pytest.raises(LmdbioError, match="record 3 holds an encoded image Pillow cannot decode"):
+    with pytest.raises(LmdbioError, match="record 3 of the batch holds an encoded image Pillow cannot decode"):
         _decode([good, good, good, cut, good, cut], threads)
 
 
@@ -146,7 +146,7 @@ def test_cut_jpeg_is_an_error_naming_the_record(threads):
 def test_jpeg_of_another_size_is_named(threads):
     files = [_file(_photo(24, 40, s)) for s in range(3)]
     other = _file(_photo(40, 24, 9))
-    with pytest.raises(LmdbioError, match=r"record 2 has image shape \(3, 40, 24\), "
+    with pytest.raises(LmdbioError, match=r"record 2 of the batch has image shape \(3, 40, 24\), "
                                           r"expected \(3, 24, 40\)"):
         _decode([*files[:2], other, files[2]], threads)
 

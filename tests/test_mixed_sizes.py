@@ -152,7 +152,7 @@ def test_resized_equals_each_record_resized_alone(values, resample, threads):
 
 
 def test_resize_refuses_mixed_channels_and_bad_arguments(values):
-    with pytest.raises(LmdbioError, match=f"record 1 has 1 channels, record 0 3: .*as_datum_list"):
+    with pytest.raises(LmdbioError, match=r"record 1 of the batch \(dataset index 7\) has 1 channels, record 0 3: .*as_datum_list"):
         _batch(values, [0, GREY, 2]).as_datum_array(size=SIZE, threads=2)
     grey, _ = _batch(values, [GREY]).as_datum_array(size=SIZE)
     assert np.array_equal(grey[0], _resized_alone(values[GREY], SIZE, "bilinear"))
@@ -175,7 +175,7 @@ def test_a_damaged_record_is_named(values, threads):
     d = datum.decode(values[4])
     cut = datum.encode(encoded_bytes=d.data[:len(d.data) // 3], label=1)
     batch = _batch([values[0], values[1], cut, b"\x08\xff", values[5]], range(5))
-    with pytest.raises(LmdbioError, match="record 2 holds an encoded image Pillow cannot"):
+    with pytest.raises(LmdbioError, match=r"record 2 of the batch \(dataset index 2\) holds an encoded image Pillow cannot"):
         batch.as_datum_list(threads=threads)
-    with pytest.raises(LmdbioError, match="record 1 of the batch is not a Caffe Datum"):
+    with pytest.raises(LmdbioError, match=r"record 1 of the batch \(dataset index 1\) is not a Caffe Datum"):
         _batch([values[0], b"\x08\xff"], range(2)).as_datum_list(threads=threads)
