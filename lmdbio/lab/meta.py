@@ -27,9 +27,19 @@ def git_commit(repo: str | os.PathLike | None = None) -> str:
         return "unknown"
 
 
+def _without_links(text: str) -> str:
+    """``text`` without the lines that carry a web address (a wheel's "Custom Information"
+    names where it was downloaded from; results say which MPI, not where it came from)."""
+    return "\n".join(line for line in text.splitlines() if "://" not in line)
+
+
 @functools.lru_cache(maxsize=1)
 def _mpi_library() -> str:
     """The MPI library's version string, without initializing MPI in this process."""
+    return _without_links(_mpi_library_raw())
+
+
+def _mpi_library_raw() -> str:
     import subprocess
     import sys
 
