@@ -503,7 +503,7 @@ def test_sensitivity_moves_one_estimate_at_a_time(tmp_path):
     plat = load_platform("bebop")
     ends = list(estimate_ends(plat))
     names = {n for n, *_ in ends}
-    assert {"gpfs-2017.seek_s", "explicit_inflight", "stagger_size", "compute"} <= names
+    assert {"gpfs-2017.seek_s", "explicit_inflight", "stagger_size", "core_flops"} <= names
     seek0 = next(p for n, e, *_, p in ends if n == "gpfs-2017.seek_s" and e == "low")
     from lmdbio.lab.model.predict import storage_profile
     assert storage_profile(seek0, CAL, "cold").seek_s == 0.0
@@ -767,7 +767,7 @@ def test_every_estimate_is_drawn_within_its_range_and_moves_some_prediction():
     est = estimates(plat)
     names = {e.name for e in est}
     assert {"gpfs-2017.seek_s", "cifar10-large-alexnet.records", "cifar10-large-alexnet.batch_size",
-            "walk_touches_values", "compute"} <= names
+            "walk_touches_values", "core_flops"} <= names
     # The estimates that changed nothing are gone.
     assert not names & {"cores_per_node", "cifar10-large-alexnet.records.low"}
     assert not hasattr(plat, "cpu")
@@ -788,14 +788,16 @@ def test_every_estimate_is_drawn_within_its_range_and_moves_some_prediction():
 
 
 def test_joint_samples_carry_every_estimate_and_run_the_model_at_each():
-    from lmdbio.lab.model.uncertainty import PREFIX, apply, draw, joint
+    from lmdbio.lab.model.uncertainty import PREFIX, apply, co_centrals, draw, joint
 
     plat = _bebop()
     rows = joint(plat, [576], ["lmdb", FULL_STACK], ["cifar10-large-alexnet"], CAL, n=4, seed=5, budget=300)
     est, samples = draw(plat, 4, seed=5)
-    assert len(rows) == 4 * 2
+    # The 4 samples, then the walk's two co-central settings (samples 4 and 5).
+    assert len(rows) == (4 + 2) * 2
+    co = {4 + j: v for j, (_, v) in enumerate(co_centrals(est))}
     for r in rows:
-        values = samples[r["sample"]]
+        values = samples[r["sample"]] if r["sample"] < 4 else co[r["sample"]]
         want = predict_point(apply(plat, values), apply(plat, values).workload(r["workload"]),
                              r["variant"], 576, CAL, budget=300)["total_s"]
         assert r["total_s"] == pytest.approx(want, rel=1e-12)

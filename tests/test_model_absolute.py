@@ -97,6 +97,14 @@ def test_a_series_outside_the_posters_axis_fails_the_check_and_names_its_mechani
     t2.loc[(t2["batch"] == "global") & (t2["nprocs"] == 9216), "predicted_s"] = 2e5
     bad = axis_check(t2).set_index("batch").loc["global"]
     assert not bad["inside"] and bad["outside_procs"] == "9216" and bad["worst_factor"] == pytest.approx(2.0)
+    # The longest point is named with its own P and mechanism, not the one farthest from the axis.
+    t3 = t.copy()
+    g = t3["batch"] == "global"
+    t3.loc[g & (t3["nprocs"] == 1), "predicted_s"] = 5.0          # below the axis: the worst
+    t3.loc[g & (t3["nprocs"] == 9216), "predicted_s"] = 500.0     # the longest
+    t3.loc[g & (t3["nprocs"] == 9216), "dominant_mechanism"] = "the walk"
+    r3 = axis_check(t3).set_index("batch").loc["global"]
+    assert r3["worst_nprocs"] == 1 and (r3["max_nprocs"], r3["max_mechanism"]) == (9216, "the walk")
 
 
 def test_joint_values_apply_together():

@@ -164,26 +164,6 @@ def test_dm_edge_readaround_is_one_window_per_reader_on_block_devices_only():
     assert gpfs.get("edge_readaround_bytes", 0.0) == 0.0
 
 
-def test_dm_storage_requests_agree_with_the_counters_of_the_committed_device_sweeps():
-    """DM with several readers on the throttled device and the shared target: the requests the
-    model sends (edge read-around included) are within 10% of the devices' counters. Without the
-    edge read-around they were 35% low (512 against 797 at P = 16 on the shared target)."""
-    from lmdbio.lab.model.calibrate import load_calibration
-    from lmdbio.lab.model.validate import find_summaries, validate
-    from lmdbio.lab.paths import REPO
-
-    sums = find_summaries([REPO / "data" / "results" / "shared", REPO / "data" / "results" / "throttled"])
-    if not sums:
-        pytest.skip("no committed shared-target or throttled sweeps")
-    df = validate(sums, "this-machine", load_calibration())
-    dm = df[(df["variant"] == "lmdbio-lmm-dm") & (df["nprocs"] >= 16)
-            & df["measured_storage_requests"].notna()]
-    assert len(dm) >= 2, dm
-    ratio = dm["pred_storage_requests"] / dm["measured_storage_requests"]
-    assert ratio.between(0.9, 1.1).all(), dm[["setting", "nprocs", "pred_storage_requests",
-                                              "measured_storage_requests"]].to_string()
-
-
 def test_the_committed_probe_reads_as_the_model_uses_it():
     """The probe in data/results/model_calibration/shared: its cached-page rows up to the node
     device's largest request (DIO's extents in the sweeps are at most 1.06 MB) agree with the

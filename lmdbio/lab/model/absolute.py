@@ -185,7 +185,8 @@ def axis_check(table):
 
     ``inside`` is True only when every central total is within 10-100,000 s;
     ``outside`` lists the P where it is not, ``worst`` the point farthest
-    outside (its time, and the mechanism that dominates it). Only the
+    outside (its time, and the mechanism that dominates it), ``max_nprocs`` and
+    ``max_mechanism`` the longest point's. Only the
     workload with the poster-axis bounds (CIFAR10-Large, 512 iterations)
     has rows.
     """
@@ -201,13 +202,15 @@ def axis_check(table):
         # How far each point is from leaving the axis: > 1 outside, the larger the farther.
         far = pd.concat([pts["predicted_s"] / hi, lo / pts["predicted_s"]], axis=1).max(axis=1)
         worst = pts.loc[far.idxmax()]
+        top = pts.loc[x.idxmax()]
         rows.append({"workload": w, "batch": b, "variant": v, "points": len(pts),
                      "inside": bad.empty, "outside_procs": " ".join(str(int(p)) for p in bad["nprocs"]),
                      "min_s": float(x.min()), "max_s": float(x.max()),
                      "worst_nprocs": int(worst["nprocs"]), "worst_s": float(worst["predicted_s"]),
                      "worst_factor": float(far.max()),
                      "worst_mechanism": str(worst["dominant_mechanism"]),
-                     "worst_phase": str(worst["dominant_phase"])})
+                     "worst_phase": str(worst["dominant_phase"]),
+                     "max_nprocs": int(top["nprocs"]), "max_mechanism": str(top["dominant_mechanism"])})
     return pd.DataFrame(rows)
 
 

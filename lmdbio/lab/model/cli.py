@@ -220,9 +220,10 @@ def add_model_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--band-procs", default=None,
                    help="process counts at which the joint samples run (joint.csv, the bands and "
                         "verdicts); default: the largest of --procs; 'none': skip")
-    r.add_argument("--samples", type=int, default=32,
+    r.add_argument("--samples", type=int, default=512,
                    help="joint samples (a seeded Latin hypercube over every estimate's range; about "
-                        "3 s each at 9,216 processes; default %(default)s)")
+                        "3 s each at 9,216 processes; default %(default)s, enough for the first-order "
+                        "Sobol indices of sobol.csv)")
     r.add_argument("--seed", type=int, default=1, help="the joint samples' seed (default %(default)s)")
     r.add_argument("--map-points", type=int, default=6,
                    help="grid points per estimate of the verdict maps (verdict_map.csv; 0: none)")

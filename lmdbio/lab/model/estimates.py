@@ -96,13 +96,14 @@ def estimates(platform: Platform) -> list[Estimate]:
         for key, (lo, hi, why) in w.ranges.items():
             if lo == hi:
                 continue
-            conv = {"compute": parse_compute_time, "model": parse_model_bytes}.get(key, int)
+            conv = {"compute": parse_compute_time, "model": parse_model_bytes,
+                    "flops_per_sample": float}.get(key, int)
             field_ = {"compute": "compute_s_per_sample", "model": "model_bytes"}.get(key, key)
             if not hasattr(w, field_):
                 raise ConfigurationError(f"workload {w.name!r}: a range for {key!r}, which is not "
                                          "a workload value")
             out.append(_make(f"{w.name}.{key}", conv(lo), conv(hi), getattr(w, field_), why,
-                             key != "compute"))
+                             key not in ("compute", "flops_per_sample")))
     return out
 
 

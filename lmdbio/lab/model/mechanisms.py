@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from lmdbio.provenance import model_parameters
+from lmdbio.lab.prov_offsets import model_parameters
 from .requests import IO_PAGES, curve_requests
 
 __all__ = ["PAGE", "geometry", "walk_faults", "fault_cpu", "faulter_factor", "load_faulters", "cursor_steps", "ring_cycle", "mmap_requests",

@@ -46,6 +46,9 @@ class Workload:
     iterations: int = 1
     compute_s_per_sample: float = 0.0
     model_bytes: int = 0
+    #: Training FLOPs per sample (forward and backward); with a platform's ``core_flops`` it gives
+    #: the compute time (:meth:`Platform.compute_s`) instead of ``compute_s_per_sample``.
+    flops_per_sample: float = 0.0
     #: Which batch applies: "global" (batch_size) or "per-process" (batch_per_process).
     batch: str = ""
     #: ``{field: (low, high, why)}`` for the workload's estimates (its ``[workload.ranges]``).
@@ -129,6 +132,22 @@ class Platform:
     speculation: str = ""
     #: A node-level client cache of whole storage blocks (GPFS's pagepool), bytes; 0 = none.
     pagepool: int = 0
+    #: One core's sustained FLOP rate for training (one rank per core); 0: the workloads'
+    #: ``compute_s_per_sample`` (an emulation preset) applies instead.
+    core_flops: float = 0.0
+    #: A node's memory, bytes: a walk over a file smaller than it finds the pages it passed
+    #: earlier in the same iteration in the page cache (0: unknown, nothing assumed cached).
+    node_memory: int = 0
+    #: A node's page cache keeps what it read across epochs (bounded by ``node_memory``): later
+    #: epochs read the cached share from memory (:func:`lmdbio.lab.model.phases.epoch_reuse`).
+    epoch_cache: bool = False
+    #: Every process of a node reads the pages its own mmap faults touch (GPFS serving mmap apart
+    #: from its pagepool, with no read shared between a node's processes); False: a node's
+    #: processes share each page's read (Linux's page cache, measured on this kernel).
+    mmap_per_process: bool = False
+    #: The storage servers cache what one walker read, so the other walkers' reads of the same
+    #: leaf pages in the iteration are served at the first walker's pace (a controller's cache).
+    server_cache: bool = False
     #: ``((parameter, value), ...)``: storage-profile values that replace the profile's (an
     #: estimate at one end of its range).
     storage_overrides: tuple = ()
@@ -151,6 +170,13 @@ class Platform:
                 return w
         raise ConfigurationError(f"platform {self.name!r} has no workload {name!r}; it has "
                                  f"{', '.join(w.name for w in self.workloads)}")
+
+    def compute_s(self, workload: Workload) -> float:
+        """Seconds of training per sample: the workload's FLOPs over a core's sustained rate when
+        both are given, else the workload's ``compute_s_per_sample``."""
+        if self.core_flops > 0 and workload.flops_per_sample > 0:
+            return workload.flops_per_sample / self.core_flops
+        return workload.compute_s_per_sample
 
     def with_(self, **kw) -> "Platform":
         return replace(self, **kw)
@@ -180,6 +206,7 @@ def _workload(raw: dict, where: str) -> Workload:
             iterations=int(raw.get("iterations", 1)),
             compute_s_per_sample=parse_compute_time(raw.get("compute", 0.0)),
             model_bytes=parse_model_bytes(raw.get("model", 0)), batch=str(raw.get("batch", "")),
+            flops_per_sample=float(raw.get("flops_per_sample", 0.0)),
             ranges=_ranges(raw.get("ranges", {}), f"{where}: workload {name!r}"),
             sources=MappingProxyType(dict(raw.get("sources", {}))))
     except KeyError as exc:
@@ -199,6 +226,15 @@ def _workload(raw: dict, where: str) -> Workload:
         raise ConfigurationError(f"{where}: workload {w.name!r} needs record_bytes > 0, "
                                  "iterations > 0 and records >= 0")
     return w
+
+
+def _memory(v) -> int:
+    """``node_memory``: bytes, or "this machine" (its physical memory, os.sysconf)."""
+    if v == "this machine":
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    if isinstance(v, str):
+        raise ConfigurationError(f"node_memory must be bytes or \"this machine\", not {v!r}")
+    return int(v)
 
 
 def load_platform(name_or_path: str | os.PathLike) -> Platform:
@@ -236,6 +272,10 @@ def load_platform(name_or_path: str | os.PathLike) -> Platform:
             leaf_cut=str(raw.get("leaf_cut", "")),
             shared_probe=str(raw.get("shared_probe", "")),
             pagepool=int(raw.get("pagepool", 0)),
+            core_flops=float(raw.get("core_flops", 0.0)), node_memory=_memory(raw.get("node_memory", 0)),
+            epoch_cache=bool(raw.get("epoch_cache", False)),
+            mmap_per_process=bool(raw.get("mmap_per_process", False)),
+            server_cache=bool(raw.get("server_cache", False)),
             ranges=_ranges(raw.get("ranges", {}), where),
             sources=MappingProxyType(dict(raw.get("sources", {}))), path=where,
             pinned=MappingProxyType({str(k): str(v) for k, v in dict(raw.get("pinned", {})).items()}))
@@ -250,6 +290,9 @@ def load_platform(name_or_path: str | os.PathLike) -> Platform:
             and (plat.explicit_inflight == 0 or plat.explicit_inflight >= 1)):
         raise ConfigurationError(f"{where}: explicit_inflight must be 0 (from the calibration) or "
                                  f"a number >= 1, not {plat.explicit_inflight!r}")
+    if not (plat.core_flops >= 0 and plat.node_memory >= 0):
+        raise ConfigurationError(f"{where}: core_flops (FLOP/s) and node_memory (bytes) must be >= 0 "
+                                 "(0: not given)")
     if plat.pagepool < 0:
         raise ConfigurationError(f"{where}: pagepool must be >= 0 bytes (0: no client cache)")
     if not (math.isfinite(plat.storage_time_scale) and plat.storage_time_scale > 0):

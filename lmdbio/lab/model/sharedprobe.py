@@ -150,7 +150,7 @@ def measure(repeats: int = 3, workdir=None, profile: str = "gpfs-2017", progress
     Raises :class:`lmdbio.lab.storage.throttle.ThrottleUnavailable` where a
     shared target cannot be made.
     """
-    from lmdbio import metrics
+    from lmdbio.lab import pagecache
     from ..bench.cache import write_random_file
     from ..storage import faulters
     from ..storage.shared import load_shared_profile, shared
@@ -184,7 +184,7 @@ def measure(repeats: int = 3, workdir=None, profile: str = "gpfs-2017", progress
             def one(kind, node, rel, length, region, rep, fn, K=1, stride=0, npieces=1):
                 path = s.path(node, f"probe/{rel}")
                 s.evict(node, f"probe/{rel}")
-                res = metrics.residency(path)
+                res = pagecache.residency(path)
                 fd = os.open(path, os.O_RDONLY)
                 try:
                     off = region * SPAN + 7 * PAGE if region is not None else 0
@@ -283,7 +283,7 @@ def write(rows, queue, stats, budget, out_dir=DEFAULT_DIR, config: dict | None =
     """``requests.csv``, ``faulters.csv``, ``queue.csv`` and ``meta.json`` in ``out_dir``."""
     import pandas as pd
 
-    from lmdbio.metrics import write_results_meta
+    from lmdbio.lab.meta import write_results_meta
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

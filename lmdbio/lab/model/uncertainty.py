@@ -29,8 +29,9 @@ from .estimates import (BAND, PREFIX, Estimate, apply, draw, estimates,  # noqa:
                         latin_hypercube)
 from .platform import Platform
 
-__all__ = ["Estimate", "estimates", "apply", "latin_hypercube", "draw", "joint", "band",
-           "deciders", "verdict_map", "verdict_maps", "io_s", "MAPS", "BAND", "PREFIX"]
+__all__ = ["Estimate", "estimates", "apply", "latin_hypercube", "draw", "joint", "band", "applying",
+           "deciders", "verdict_map", "verdict_maps", "io_s", "MAPS", "BAND", "PREFIX", "CO_CENTRAL",
+           "co_centrals"]
 
 
 def joint(platform: Platform, procs, variants=("all",), workloads=None, cal=None, *, n: int = 32,
@@ -38,7 +39,9 @@ def joint(platform: Platform, procs, variants=("all",), workloads=None, cal=None
     """The model at ``n`` joint samples: one row per sample x workload x variant x P.
 
     Each row has ``sample``, the prediction's columns, and one ``x:NAME``
-    column per estimate (a switch's: 0 at its low end, 1 at its high end).
+    column per estimate (a switch's: 0 at its low end, 1 at its high end; NaN for another
+    workload's estimate). The co-centrals (:func:`co_centrals`) follow the ``n`` samples,
+    named in ``co_central``.
     """
     from .predict import predict
 
@@ -48,10 +51,43 @@ def joint(platform: Platform, procs, variants=("all",), workloads=None, cal=None
         p = apply(platform, values)
         codes = {PREFIX + e.name: e.code(values[e.name]) for e in est}
         for r in predict(p, procs, variants, workloads, cal, budget, batches=batches):
-            rows.append({"sample": i, **r, **codes})
+            rows.append({"sample": i, **r, **applying(codes, r["workload"], platform)})
         if progress:
             progress(i + 1, n)
+    for j, (label, values) in enumerate(co_centrals(est)):
+        p = apply(platform, values)
+        codes = {PREFIX + e.name: e.code(values[e.name]) for e in est}
+        for r in predict(p, procs, variants, workloads, cal, budget, batches=batches):
+            rows.append({"sample": n + j, **r, **applying(codes, r["workload"], platform),
+                         "co_central": label})
     return rows
+
+
+#: Switches whose two settings are both central: the setting measured here and the source's
+#: reasoning differ (lmdbio's walk touches the values it steps over; Caffe's is taken to touch
+#: leaf pages only). ``{estimate: {value: label}}``.
+CO_CENTRAL = {"walk_touches_values": {False: "walk touches leaf pages", True: "walk touches values"}}
+
+
+def co_centrals(est: list[Estimate]) -> list[tuple[str, dict]]:
+    """``(label, {estimate: value})`` for each setting of each co-central switch, every other
+    estimate at its central value: :func:`joint` adds them after the random samples (``sample``
+    n, n + 1, ...; ``co_central`` names them), so a verdict that needs every sample on one side
+    of its threshold needs both co-centrals there too."""
+    central = {e.name: e.central for e in est}
+    out = []
+    for name, labels in CO_CENTRAL.items():
+        if name in central:
+            out += [(label, {**central, name: v}) for v, label in labels.items()]
+    return out
+
+
+def applying(codes: dict, workload: str, platform: Platform) -> dict:
+    """``codes`` with another workload's estimates (``OTHER.key``) set to NaN: they cannot move
+    this workload's prediction, so no ranking of its deciders may name them."""
+    others = {w.name for w in platform.workloads} - {workload}
+    return {k: (float("nan") if k[len(PREFIX):].partition(".")[0] in others else v)
+            for k, v in codes.items()}
 
 
 def band(values, q=BAND) -> tuple[float, float]:
@@ -87,8 +123,8 @@ def deciders(frame, value_col: str, top: int = 3) -> list[tuple[str, float]]:
         if not c.startswith(PREFIX):
             continue
         x = frame[c].to_numpy(float)
-        if np.ptp(x) == 0:
-            continue
+        if not np.isfinite(x).all() or np.ptp(x) == 0:
+            continue        # an estimate of another workload (NaN), or one that did not move
         rho = float(np.corrcoef(_ranks(x), ry)[0, 1])
         if rho == rho:
             out.append((c[len(PREFIX):], rho))
@@ -99,7 +135,8 @@ def deciders(frame, value_col: str, top: int = 3) -> list[tuple[str, float]]:
 def verdict_map(platform: Platform, workload: str, slow: str, fast: str, nprocs: int,
                 x: Estimate, y: Estimate, cal, *, points: int = 7, budget: int = 20000,
                 fixed: dict | None = None) -> list[dict]:
-    """The ratio slow/fast of I/O time over a ``points`` x ``points`` grid of two estimates.
+    """The ratio slow/fast of overall time (the quantity the poster and TOPC report) over a
+    ``points`` x ``points`` grid of two estimates.
 
     Every other estimate stays central, except those in ``fixed`` (``{name:
     value}``); the grid runs each estimate over its range (log-spaced for a
@@ -117,14 +154,11 @@ def verdict_map(platform: Platform, workload: str, slow: str, fast: str, nprocs:
         for yv in grid(y):
             p = apply(platform, {**(fixed or {}), x.name: xv, y.name: yv})
             w = p.workload(workload)
-            io = {}
-            for v in (slow, fast):
-                r = predict_point(p, w, v, int(nprocs), cal, budget=budget)
-                io[v] = r["setup_s"] + r["iterations"] * (r["per_iteration_s"] - r["compute_s"]
-                                                           - r["communicate_s"])
+            total = {v: predict_point(p, w, v, int(nprocs), cal, budget=budget)["total_s"]
+                     for v in (slow, fast)}
             rows.append({"workload": workload, "slow": slow, "fast": fast, "nprocs": int(nprocs),
                          "x_estimate": x.name, "x": x.code(xv), "y_estimate": y.name,
-                         "y": y.code(yv), "ratio": io[slow] / io[fast]})
+                         "y": y.code(yv), "ratio": total[slow] / total[fast]})
     return rows
 
 
@@ -153,7 +187,9 @@ def verdict_maps(platform: Platform, joint_rows, cal, nprocs: int, *, maps=MAPS,
     import pandas as pd
 
     d = pd.DataFrame(joint_rows)
-    d = d[d["nprocs"] == nprocs].assign(io_s=lambda f: io_s(f))
+    d = d[d["nprocs"] == nprocs]
+    if "co_central" in d.columns:
+        d = d[d["co_central"].fillna("") == ""]
     by_name = {e.name: e for e in estimates(platform)}
     xs = [n for n in by_name if n.endswith("." + MAP_X) or n == MAP_X]
     rows = []
@@ -161,7 +197,7 @@ def verdict_maps(platform: Platform, joint_rows, cal, nprocs: int, *, maps=MAPS,
         g = d[d["workload"] == workload]
         if g.empty or not xs:
             continue
-        t = g.pivot_table(index="sample", columns="variant", values="io_s")
+        t = g.pivot_table(index="sample", columns="variant", values="total_s")
         if slow not in t or fast not in t:
             continue
         f = g.drop_duplicates("sample").set_index("sample")[[c for c in g.columns if c.startswith(PREFIX)]]

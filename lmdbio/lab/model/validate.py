@@ -373,7 +373,7 @@ def _disk_bw_words(g) -> str:
 def write_validation(df, out_dir, config: dict, cal_dir=None) -> Path:
     """``summary.csv`` (one row per point), ``errors.csv`` (per variant and setting),
     ``criterion.csv`` (per setting: the worst variant) and ``meta.json``."""
-    from lmdbio.metrics import write_results_meta
+    from lmdbio.lab.meta import write_results_meta
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
