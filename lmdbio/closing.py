@@ -93,14 +93,15 @@ class Closing:
                 f"rank {self.rank}: rank(s) {self._missing} did not reach close() within "
                 f"{2 * timeout():g} s (twice LMDBIO_TIMEOUT): they stopped answering (stopped, "
                 "in a debugger, swapped out), exited, or read a different number of batches. "
-                "Every rank must call read_batch() the same number of times, then close()")
+                "Every rank must call read_batch() the same number of times, then close()",
+                missing=self._missing, limit=2 * timeout())
             # MPI_Finalize would wait for those ranks for ever: under on_error="abort" end the job.
             self._fail(exc)
             raise exc
         others = [r for r in failed if r != self.rank]
         if others:
             raise PeerError(f"rank {self.rank}: rank(s) {others} left their with-block with an "
-                            "error (see their messages); this rank closed cleanly")
+                            "error (see their messages); this rank closed cleanly", ranks=others)
 
     def _close(self, failed: bool, limit: float):
         """Close; returns (every rank came, ranks that failed, first local problem)."""
@@ -115,12 +116,12 @@ class Closing:
                 it.stop_prefetch()
             if self.pipe is not None:
                 self.pipe.finish(failed, it.t if it is not None else 0)
-        except Exception as exc:  # noqa: BLE001 - still let go of everything below
+        except Exception as exc:
             problem, failed = exc, True
         present, failed_ranks = self._agree(failed, limit)
         try:
             self._release(agree=present)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             problem = problem or exc
         return present, failed_ranks, problem
 

@@ -326,7 +326,8 @@ class Snapshot:
                                 "the index")
         if tid != self.txnid:
             raise SnapshotError(f"{self.path}: index is of txnid {tid} but the snapshot is txnid "
-                                f"{self.txnid}; rebuild it with build_index(path, snapshot=snap)")
+                                f"{self.txnid}; rebuild it with build_index(path, snapshot=snap)",
+                                expected=self.txnid, found=tid)
 
     def build_index(self) -> RecordIndex:
         """The record index of this snapshot."""

@@ -300,7 +300,7 @@ class GroupBuffer:
         h = self.header[slot]
         mine = (self.asleep, me)
         addr = self._seq_addr[slot]
-        what = lambda: self._stalled_reader(chunk)  # noqa: E731 - built only on a timeout
+        what = lambda: self._stalled_reader(chunk)
         failed = self.failed
         seq = wait_word(h, _SEQ, lambda v: v >= 2 * chunk + 1 or failed[0] != 0, mine, self._fence,
                         addr, limit=self.timeout, what=what)
@@ -332,7 +332,8 @@ class GroupBuffer:
             f"rank {self.names[self.comm.rank]}: asked its reader, rank {self.names[0]}, for "
             f"{self._batches(chunk)} (chunk {chunk}), but the reader went on to chunk "
             f"{(seq - 1) // 2}: the ranks parted ways (they took different numbers of batches); "
-            "every rank must call read_batch() or take epoch batches the same number of times")
+            "every rank must call read_batch() or take epoch batches the same number of times",
+            ranks=[self.names[0]])
 
     def _check_grown(self, slot: int, chunk: int) -> None:
         """Member: raise ResourceError if the reader announced it cannot grow ``slot``."""
@@ -384,7 +385,7 @@ class GroupBuffer:
         me = self.comm.rank
         if who == me:
             raise PeerError(f"rank {self.names[who]}: this rank failed earlier and left its reader "
-                            "group; make a new Reader")
+                            "group; make a new Reader", ranks=[self.names[who]])
         if who >= 0:
             m = self._stalled()
             cause = (f"; the hand-off was stuck on rank {self.names[m]}, which stopped asking for "
@@ -392,7 +393,7 @@ class GroupBuffer:
                      if m is not None and m not in (who, me) else "")
             raise PeerError(f"rank {self.names[me]}: rank {self.names[who]} of its reader "
                             f"group gave up (see that rank's error), so the hand-off cannot go on"
-                            f"{cause}")
+                            f"{cause}", ranks=[self.names[who]])
 
     def _in_use(self) -> bool:
         """True if anything outside this object (a Batch, a view of one) still holds a slot."""
@@ -435,7 +436,7 @@ class GroupBuffer:
             raise PeerTimeoutError(
                 f"rank {self.names[self.comm.rank]}: a rank of the reader group "
                 f"{list(self.names)} did not reach close() within {limit:g} s (LMDBIO_TIMEOUT); "
-                "its shared memory stays mapped until this process ends")
+                "its shared memory stays mapped until this process ends", limit=limit)
         keep = []
         for (old_wins, old_arrays), viewed in zip(parked, anyone[1:].tolist()):
             if viewed:

@@ -61,7 +61,8 @@ def agree_snapshot(comm, open_fn: Callable[[], Any], snapshot_id_fn: Callable[[]
             close_fn()
         comm.barrier(what=f"{what}'s next try")
     raise SnapshotError(f"{path}: the ranks could not open one snapshot in {tries} tries "
-                        "(a writer commits too often); try again")
+                        "(a writer commits too often); try again",
+                        found=sorted(got) if tries else None)
 
 
 def content_digest(path, txnid: int) -> str | None:

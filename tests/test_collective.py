@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -128,6 +127,8 @@ def test_a_rank_raising_mid_epoch_under_raise_releases_the_others(datasets, tmp_
     zero = next(l for l in got if l.startswith("rank 0: caught "))
     assert re.match(r"rank 0: caught (PeerTimeoutError|PeerError): ", zero), got
     assert "rank(s) [1]" in zero or "rank 1 " in zero, zero
+    # The field says whom, not only the words: rank 1 (the one that raised), never rank 0.
+    assert "rank 0: blamed (1,)" in got, got
     assert float(zero.rsplit(" after ", 1)[1].split()[0]) <= 3 + 2, zero
 
 

@@ -132,7 +132,8 @@ class Iteration:
             raise PeerError(
                 f"rank {self.rank}: the ranks parted ways before epoch {e} ({where}): every "
                 "rank must iterate the same epochs and take the same number of batches of "
-                "each (break out of an epoch at the same batch on every rank)")
+                "each (break out of an epoch at the same batch on every rank)",
+                ranks=[r for r, v in enumerate(views) if v[1:] != views[self.rank][1:]])
         t0 = views[self.rank][2]
         # A resumed epoch starts at its next batch, on the chunk that holds it.
         skip = self.resume[1] if self.resume is not None and self.resume[0] == e else 0

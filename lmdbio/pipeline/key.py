@@ -45,7 +45,8 @@ class Key(Walk):
             self._keys = self.walker.keys_where(want)
         if len(self._keys) != len(self._pos):
             raise SnapshotError(f"{self._path}: found {len(self._keys)} of this rank's "
-                                f"{len(self._pos)} keys in the snapshot; the database changed")
+                                f"{len(self._pos)} keys in the snapshot; the database changed",
+                                expected=len(self._pos), found=len(self._keys))
         self._get = self.walker.getter()
         row["keys_listed"] = len(self._keys)
 

@@ -40,3 +40,4 @@ try:
 except (Mistake, LmdbioError) as exc:
     say(rank, f"rank {rank}: caught {type(exc).__name__}: {exc} "
              f"after {time.monotonic() - t0:.1f} s")
+    say(rank, f"rank {rank}: blamed {getattr(exc, 'ranks', None)!r}")
