@@ -12,7 +12,8 @@ from .errors import ConfigurationError
 if TYPE_CHECKING:   # mpi4py initializes MPI when imported: only where a communicator is made
     from mpi4py import MPI
 
-__all__ = ["Topology", "make_topology", "node_number", "check_node_args"]
+__all__ = ["Topology", "make_topology", "node_number", "node_path", "check_node_args",
+           "reader_group", "group_sizes"]
 
 
 @dataclass
@@ -60,6 +61,29 @@ def check_node_args(ranks_per_node: int | None, readers_per_node: int = 1) -> No
                                  f"{readers_per_node!r}")
 
 
+def reader_group(local: int, node_size: int, readers_per_node: int) -> int:
+    """The reader group of a node's ``local``-th rank: ``readers_per_node`` (at most the node's
+    size) contiguous groups, the larger ones first where they cannot be equal."""
+    r = min(readers_per_node, node_size)
+    return local * r // node_size
+
+
+def group_sizes(nprocs: int, ranks_per_node: int | None = None,
+                readers_per_node: int = 1) -> list[int]:
+    """The ranks each reader serves, in world-rank order, when ``nprocs`` ranks share one
+    machine (``ranks_per_node`` None: one node): the groups :func:`make_topology` makes there.
+    They differ where ``ranks_per_node`` does not divide ``nprocs`` (the last node is smaller)
+    or ``readers_per_node`` does not divide a node: P = 3 on nodes of 2 gives ``[2, 1]``."""
+    check_node_args(ranks_per_node, readers_per_node)
+    per_node = nprocs if ranks_per_node is None else min(int(ranks_per_node), nprocs)
+    sizes = []
+    for first in range(0, nprocs, per_node):
+        size = min(per_node, nprocs - first)
+        groups = [reader_group(local, size, readers_per_node) for local in range(size)]
+        sizes += [groups.count(g) for g in sorted(set(groups))]
+    return sizes
+
+
 def make_topology(comm: MPI.Comm, ranks_per_node: int | None = None,
                   readers_per_node: int = 1) -> Topology:
     """Split ``comm`` into nodes, reader groups and the readers' communicator. Collective.
@@ -90,10 +114,7 @@ def make_topology(comm: MPI.Comm, ranks_per_node: int | None = None,
     leaders = sorted(set(comm.allgather(leader)))
     node_index = leaders.index(leader)
 
-    local, lsize = node.rank, node.size
-    r = min(readers_per_node, lsize)
-    group = local * r // lsize
-    group_comm = node.Split(color=group, key=rank)
+    group_comm = node.Split(color=reader_group(node.rank, node.size, readers_per_node), key=rank)
     group_ranks = tuple(sorted(group_comm.allgather(rank)))
 
     # The partition gives rank r the slice r of each batch; a group's share is
@@ -117,6 +138,17 @@ def make_topology(comm: MPI.Comm, ranks_per_node: int | None = None,
             "launch with block placement (e.g. mpiexec -bind-to core -map-by core, "
             "srun --distribution=block) or pass ranks_per_node to use virtual nodes")
     return topo
+
+
+def node_path(comm, path, ranks_per_node: int | None = None) -> str:
+    """``path`` with ``{node}`` replaced by this rank's node number (:meth:`lmdbio.comm.Comm.
+    node_number`), so each node reads its own copy. Collective over ``comm`` (a
+    :class:`lmdbio.comm.Comm`): every rank takes part in finding the numbers when any rank's
+    path names ``{node}``."""
+    node = None
+    if comm.allreduce(1 if "{node}" in str(path) else 0, "max"):
+        node = comm.collective(comm.node_number, ranks_per_node)
+    return str(path).replace("{node}", str(node))
 
 
 def node_number(comm: MPI.Comm, ranks_per_node: int | None = None) -> int:

@@ -25,7 +25,7 @@ RANKS = ROOT / "tests" / "mpi_ranks"
 #: lmdbio's waits for peers end after this many seconds: a rank that stops fails its peers.
 PEER_TIMEOUT = 20
 #: Seconds a session may run before the driver kills it (a rank stuck outside lmdbio's waits).
-LIMIT = {2: 300, 3: 400, 4: 400, 16: 600}
+LIMIT = {2: 300, 3: 400, 4: 400, 5: 300, 16: 600}
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +82,7 @@ def problems(results: Path, rc: int | None, limit: float) -> tuple[list[str], di
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [2, 4, pytest.param(3, marks=pytest.mark.gate),
+                                    pytest.param(5, marks=pytest.mark.gate),   # uneven groups
                                     pytest.param(16, marks=pytest.mark.gate)], ids="P{}".format)
 def test_session(nprocs, rank_datasets, tmp_path, request):
     """Every test of tests/mpi_ranks at this size, in one session."""
