@@ -78,7 +78,7 @@ def test_the_refusal_table_names_the_invalid_combinations():
 def test_all_pairs_covers_every_pair_of_option_values(pool):
     need = set().union(*(mx.pair_set(c) for c in pool))
     for chosen in (mx.all_pairs(pool), mx.fast_sample(pool)):
-        have = set().union(*(mx.pair_set(c) for c in chosen))
+        have = set().union(*(mx.pair_set(c) for c in chosen if c in set(pool)))
         assert have == need
         assert len(chosen) == len(set(chosen)) <= 60        # the make test budget
         assert len({c.variant for c in chosen}) == len(mx.VARIANT_NAMES)
@@ -86,6 +86,39 @@ def test_all_pairs_covers_every_pair_of_option_values(pool):
     assert mx.fast_sample(pool)[:len(mx.REGRESSIONS)] == list(mx.REGRESSIONS)
     assert mx.all_pairs(pool) == mx.all_pairs(pool)          # deterministic
     assert mx.random_sample(pool, 20, 3) == mx.random_sample(pool, 20, 3)
+
+
+def test_uneven_layouts_are_those_whose_reader_groups_serve_different_rank_counts():
+    from lmdbio.topology import group_sizes
+
+    assert mx.uneven_layouts(3) == [(None, 2), (2, 1)]        # issue 44's F20/F21 layouts
+    assert (3, 2) in mx.uneven_layouts(5) and group_sizes(5, 3, 2) == [2, 1, 1, 1]
+    assert mx.uneven_layouts(4) == [(None, 3), (3, 1), (3, 2)]
+    assert not set(mx.uneven_layouts(4)) & set(mx.topologies(4))   # the P = 4 pool is even
+    assert all(len(set(group_sizes(4, *t))) == 1 for t in mx.topologies(4))
+    uneven = mx.full_matrix((4,), layouts="uneven")
+    assert {(c.ranks_per_node, c.readers_per_node) for c in uneven} == set(mx.uneven_layouts(4))
+    assert {c.coalesce for c in uneven} == {"default", "small", "medium"}
+    cover = mx.uneven_groups(4)
+    assert set().union(*map(mx.pair_set, cover)) == set().union(*map(mx.pair_set, uneven))
+    assert cover[:len(mx.UNEVEN_REGRESSIONS)] == list(mx.UNEVEN_REGRESSIONS)
+    assert set(mx.UNEVEN_REGRESSIONS) <= set(uneven) and set(mx.UNEVEN_REGRESSIONS) <= set(
+        mx.fast_sample(mx.full_matrix((4,))))
+    assert mx.selection("uneven")[0] == cover
+    full = mx.selection("full", also=[8])[0]
+    assert set(cover) <= set(full) and len(full) == len(set(full))
+
+
+def test_the_lab_lists_of_variants_follow_the_variant_names():
+    from lmdbio.options import parse_variant
+
+    for name in mx.VARIANT_NAMES[:-1]:
+        o = parse_variant(name)
+        assert (name in mx.CURSOR_WALKS) == (o.locate in ("walk", "ring"))
+        assert (name in mx.PROV_VARIANTS) == (o.locate == "provenance")
+    assert mx.CURSOR_WALKS >= {"lmdb", "lmdbio-lmm", "lmdbio-lmm-dm"}
+    assert "lmdbio-lmm-dio-prov-coal-stag" in mx.PROV_VARIANTS
+    assert mx.SIDECAR_READERS == mx.PROV_VARIANTS | {"lmdbio-direct"}
 
 
 # --------------------------------------------------------------------------- the checks
@@ -204,8 +237,9 @@ def test_failures_are_grouped_with_a_command_that_reruns_them(pool):
 # --------------------------------------------------------------------------- the runs
 
 def test_the_all_pairs_sample_delivers_exactly_its_records(pool, matrix_root):
-    """``make test``: every pair of option values at least once, and the settings of
-    issue 28's findings (matrix.REGRESSIONS), against py-lmdb."""
+    """``make test``: every pair of option values at least once, the settings of issue 28's
+    findings (matrix.REGRESSIONS) and of issue 44's F20/F21 on uneven reader groups
+    (matrix.UNEVEN_REGRESSIONS), against py-lmdb."""
     rows = mx.run(mx.fast_sample(pool), root=matrix_root, hang_s=60)
     assert not [r for r in rows if r["verdict"].startswith("FAIL")], _fails(rows)
     assert sum(r["checked"] for r in rows) > 0
