@@ -88,10 +88,11 @@ def test_measured_direction_comes_from_the_repeats(tmp_path, reps, expected):
     assert verdict(tmp_path, "C2")["verdict"] == expected
 
 
-def test_one_repeat_is_judged_and_says_so(tmp_path):
+def test_one_repeat_is_inconclusive_and_says_so(tmp_path):
+    # A tiny run's single repeat has no spread: 1.5 >= 1.2 once is no direction.
     put(tmp_path, "03_lmm", "local", "summary.csv", lmm_rows({8: [(100, 150)]}))
     row = verdict(tmp_path, "C2")
-    assert row["verdict"] == "yes" and "(1 repeat)" in row["why"]
+    assert row["verdict"] == "inconclusive" and "inconclusive (1 repeat)" in row["why"]
 
 
 @pytest.mark.parametrize("value, expected", [(10.0, "reproduced"), (40.0, "reproduced"),
@@ -244,6 +245,8 @@ def test_the_model_band_is_the_5_to_95_percent_of_the_joint_samples(tmp_path):
 @pytest.mark.parametrize("lo, hi, word", [(9.0, 40.0, "consistent"), (0.09, 173.0, "uninformative"),
                                           (5.0, 80.0, "uninformative"),
                                           (1.0, 8.0, "smaller"), (45.0, 90.0, "larger"),
+                                          # wide but wholly beyond [f/2, 2f]: a contradiction
+                                          (45.0, 2250.0, "larger"), (0.1, 9.0, "smaller"),
                                           (10.0, 10.0, "consistent")])
 def test_band_words(lo, hi, word):
     assert claims.band_word(lo, hi, 20.0) == word
