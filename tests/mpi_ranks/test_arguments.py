@@ -23,7 +23,7 @@ def cases(db: str, empty: str, P: int, rank: int) -> dict[str, tuple[dict, str]]
                                  "does not exist" if rank == P - 1 else f"rank {P - 1}: "),
         "empty": (dict(path=empty, batch_size=P * 4), "holds no records"),
         "bad-variant": (dict(path=db, batch_size=P * 4, variant="lmdbio-lmm-prov"),
-                        "PROV computes extents for direct reads"),
+                        "add 'dio'"),
     }
 
 
