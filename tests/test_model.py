@@ -791,7 +791,11 @@ def test_joint_samples_carry_every_estimate_and_run_the_model_at_each():
     from lmdbio.lab.model.uncertainty import PREFIX, apply, co_centrals, draw, joint
 
     plat = _bebop()
-    rows = joint(plat, [576], ["lmdb", FULL_STACK], ["cifar10-large-alexnet"], CAL, n=4, seed=5, budget=300)
+    rows = joint(plat, [576], ["lmdb", FULL_STACK], ["cifar10-large-alexnet"], CAL, n=4, seed=5, budget=300,
+                 jobs=2)
+    # Forked workers run the samples; the rows come back in sample order, as one process makes them.
+    assert pd.DataFrame(rows).equals(pd.DataFrame(joint(
+        plat, [576], ["lmdb", FULL_STACK], ["cifar10-large-alexnet"], CAL, n=4, seed=5, budget=300, jobs=1)))
     est, samples = draw(plat, 4, seed=5)
     # The 4 samples, then the walk's two co-central settings (samples 4 and 5).
     assert len(rows) == (4 + 2) * 2

@@ -21,7 +21,10 @@ a quantity follows them (Spearman's rank correlation over the samples);
 
 from __future__ import annotations
 
+import functools
 import math
+import multiprocessing
+import os
 
 import numpy as np
 
@@ -35,32 +38,61 @@ __all__ = ["Estimate", "estimates", "apply", "latin_hypercube", "draw", "joint",
 
 
 def joint(platform: Platform, procs, variants=("all",), workloads=None, cal=None, *, n: int = 32,
-          seed: int = 1, budget: int = 20000, batches=None, progress=None) -> list[dict]:
+          seed: int = 1, budget: int = 20000, batches=None, progress=None,
+          jobs: int | None = None) -> list[dict]:
     """The model at ``n`` joint samples: one row per sample x workload x variant x P.
 
     Each row has ``sample``, the prediction's columns, and one ``x:NAME``
     column per estimate (a switch's: 0 at its low end, 1 at its high end; NaN for another
     workload's estimate). The co-centrals (:func:`co_centrals`) follow the ``n`` samples,
-    named in ``co_central``.
+    named in ``co_central``. ``jobs`` processes (default: every core) run the samples; each
+    sample is a pure function of its values, so the rows are the same for any ``jobs``.
     """
+    est, samples = draw(platform, n, seed)
+    points = [(i, values, None) for i, values in enumerate(samples)]
+    points += [(n + j, values, label) for j, (label, values) in enumerate(co_centrals(est))]
+    run = functools.partial(_sample_rows, platform, est, procs, variants, workloads, cal, budget,
+                            batches)
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(points)))
+    rows: list[dict] = []
+    if jobs == 1:
+        done = map(run, points)
+    else:
+        # Forked workers inherit ``run`` (the platform and calibration do not pickle); only the
+        # points and the rows travel.
+        _FORKED[0] = run
+        pool = multiprocessing.get_context("fork").Pool(jobs)
+        done = pool.imap(_forked, points)
+    try:
+        for k, part in enumerate(done):
+            rows += part
+            if progress and k < n:
+                progress(k + 1, n)
+    finally:
+        if jobs > 1:
+            pool.close()
+            pool.join()
+            _FORKED[0] = None
+    return rows
+
+
+_FORKED: list = [None]
+
+
+def _forked(point):
+    return _FORKED[0](point)
+
+
+def _sample_rows(platform, est, procs, variants, workloads, cal, budget, batches, point):
+    """The prediction's rows at one joint sample ``(index, values, co-central label)``."""
     from .predict import predict
 
-    est, samples = draw(platform, n, seed)
-    rows = []
-    for i, values in enumerate(samples):
-        p = apply(platform, values)
-        codes = {PREFIX + e.name: e.code(values[e.name]) for e in est}
-        for r in predict(p, procs, variants, workloads, cal, budget, batches=batches):
-            rows.append({"sample": i, **r, **applying(codes, r["workload"], platform)})
-        if progress:
-            progress(i + 1, n)
-    for j, (label, values) in enumerate(co_centrals(est)):
-        p = apply(platform, values)
-        codes = {PREFIX + e.name: e.code(values[e.name]) for e in est}
-        for r in predict(p, procs, variants, workloads, cal, budget, batches=batches):
-            rows.append({"sample": n + j, **r, **applying(codes, r["workload"], platform),
-                         "co_central": label})
-    return rows
+    i, values, label = point
+    p = apply(platform, values)
+    codes = {PREFIX + e.name: e.code(values[e.name]) for e in est}
+    extra = {} if label is None else {"co_central": label}
+    return [{"sample": i, **r, **applying(codes, r["workload"], platform), **extra}
+            for r in predict(p, procs, variants, workloads, cal, budget, batches=batches)]
 
 
 #: Switches whose two settings are both central: the setting measured here and the source's
