@@ -20,14 +20,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import nbformat  # noqa: E402
-import pytest  # noqa: E402
+import matplotlib.pyplot as plt
+import nbformat
+import pytest
 
-from lmdbio.lab import plots  # noqa: E402
-from lmdbio.lab.notebook_runner import (COMMITTED_FIGURES, DATASETS, REPO, SCRATCH,  # noqa: E402
+from lmdbio.lab import plots
+from lmdbio.lab.notebook_runner import (COMMITTED_FIGURES, DATASETS, REPO, SCRATCH,
                                         notebooks, run_notebooks, save_figure, workspace)
-from lmdbio.lab.scales import COMMITTED_RESULTS  # noqa: E402
+from lmdbio.lab.scales import COMMITTED_RESULTS
 
 NOTEBOOKS = notebooks()
 #: What no run from JupyterLab may change.

@@ -167,3 +167,22 @@ def test_claim_settings_draws_a_panel_per_setting_and_says_what_is_not_measured(
     texts = {s: " ".join(t.get_text() for t in ax.texts) for s, ax in zip(claims.SETTINGS, fig.axes)}
     assert texts["shared"].replace("\n", " ").startswith("not measured in this setting: LMDB's I/O share")
     assert texts["gpfs"] == "no results"
+
+
+def test_a_single_repeat_is_labelled_so_and_a_committed_panel_says_default_scale(tmp_path):
+    from lmdbio.lab import claims
+    from lmdbio.lab.lessons.settings import committed_notes
+    from lmdbio.lab.scales import COMMITTED_RESULTS
+
+    c = claims.claim("C2")
+    series = {"local": pd.DataFrame({"nprocs": [1, 8], "value": [1.0, 1.5], "lo": [1.0, 1.5], "hi": [1.0, 1.5]})}
+    verdicts = pd.DataFrame([{"setting": "local", "verdict": "inconclusive", "value": 1.5, "nprocs": 8,
+                              "repeats": 1, "measured": "1.5 at P=8", "magnitude": "", "why": ""}])
+    fig = plots.claim_settings(c, series, verdicts, META,
+                               committed_notes(tmp_path / "03_lmm", {"gpfs": COMMITTED_RESULTS / "03_lmm" / "gpfs"}))
+    texts = {s: " ".join(t.get_text() for t in ax.texts) for s, ax in zip(claims.SETTINGS, fig.axes)}
+    assert "inconclusive (1 repeat)" in texts["local"]
+    assert "committed, default scale" in texts["gpfs"].replace("\n", " ")
+    # A replot from the committed results draws every panel from them: no note but the shared one's.
+    committed = COMMITTED_RESULTS / "03_lmm"
+    assert set(committed_notes(committed, {"gpfs": committed / "gpfs"})) == {"shared"}

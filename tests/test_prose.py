@@ -23,12 +23,11 @@ import nbformat
 import pytest
 
 from lmdbio.lab import claims
-from lmdbio.lab.lessons import figtext, prose
+from lmdbio.lab.lessons import figtext, mechanism, prose
 from lmdbio.lab.notebook_runner import notebooks
 
 NOTEBOOKS = notebooks()
 CLAIM_NOTEBOOKS = [p for p in NOTEBOOKS if 2 <= int(p.name[:2]) <= 10]
-SOLUTIONS = Path(__file__).resolve().parents[1] / "notebooks" / "solutions"
 
 
 # --- the checker ------------------------------------------------------------------------------
@@ -211,10 +210,9 @@ def test_each_claim_notebook_teaches(path):
     assert 3 <= len(sentences) <= 6, f"the answer has {len(sentences)} sentences, not 3-6"
     exercise = [c for c in md if c.lstrip().startswith("## Exercise")]
     assert exercise, "an exercise"
-    named = re.findall(r"notebooks/solutions/([\w.]+\.py)", "\n".join(exercise))
-    assert named and all((SOLUTIONS / n).exists() for n in named), f"its solution files {named}"
+    # The attempt and reveal cells of each part: tests/test_exercises.py.
     code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
-    assert "inspect.getsource" in code, "the stage's own code"
+    assert mechanism.BEGIN in text, "the stage's own code, shown unrun (lmdbio.lab.lessons.mechanism)"
     assert "demo.run(DEMO" in code, "a Reader loop a student can run"
     assert "show_settings(" in code, "the settings in one call"
     assert "Every number that decides a verdict" not in text, "the old boilerplate ending"
@@ -224,3 +222,16 @@ def test_notebooks_are_committed_without_outputs():
     for path in NOTEBOOKS:
         for cell in json.loads(path.read_text())["cells"]:
             assert not cell.get("outputs"), f"{path.name} has outputs"
+
+
+def test_compare_says_in_a_sentence_what_a_run_cannot_give(tmp_path):
+    # A tiny run that lacks a point made pandas' own words appear ("'[0] not found in axis'").
+    from lmdbio.lab.lessons.prose import _unavailable
+
+    said = _unavailable(KeyError("[0] not found in axis"))
+    assert said.startswith("Not in this run") and "not found in axis" not in said and said.endswith(".")
+    table = prose.compare("07_coal", tmp_path)   # a run that measured nothing
+    missing = table["this_run"][table["this_run"].str.startswith("Not")]
+    assert len(missing) and missing.str.startswith("Not in this run: ").all(), missing.tolist()
+    assert not table["this_run"].str.contains("not found in axis|Error", regex=True).any()
+    assert not table["committed"].str.startswith("Not").any()

@@ -5,7 +5,7 @@ Each rank copies its neighbour's 1 MiB slice of one MPI-3 shared window three ti
 (1) cold, as notebook 00 does (the neighbour's pages not yet mapped in this process, a fresh
 destination), (2) again into a fresh destination, (3) again into a destination used before.
 It counts the minor page faults of each copy (getrusage) and prints the rate.
-Run: mpiexec -n 4 python notebooks/solutions/00_first_touch.py
+Run from the repository root: mpiexec -n 4 .venv/bin/python notebooks/solutions/00_first_touch.py
 """
 
 import resource

@@ -4,7 +4,7 @@
 Each rank writes the same 1,000 CIFAR-10-size records with its own commit interval
 (1, 10, 100 or 1,000 records per commit), then counts the file's pages with lmdbio's own
 parser (`lmdbio info`). Rank 0 prints the table and checks what it shows.
-Run: mpiexec -n 4 python notebooks/solutions/01_commits.py
+Run from the repository root: mpiexec -n 4 .venv/bin/python notebooks/solutions/01_commits.py
 """
 
 import shutil

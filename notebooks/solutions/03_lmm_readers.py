@@ -1,7 +1,7 @@
 # nprocs: 4
 """Notebook 03, exercise: LMM's readers, faults and records walked for ranks_per_node = 1, 2, 4.
 
-Run: mpiexec -n 4 python notebooks/solutions/03_lmm_readers.py
+Run from the repository root: mpiexec -n 4 .venv/bin/python notebooks/solutions/03_lmm_readers.py
 Virtual nodes of k consecutive ranks each elect one reader; only the readers open the file.
 """
 

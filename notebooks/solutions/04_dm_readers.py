@@ -1,8 +1,14 @@
 # nprocs: 4
-"""Notebook 04, exercise: records all readers walk per batch, LMM against DM, for 4, 2 and 1 readers.
+"""Notebook 04, exercise parts 1 and 2: records all readers walk per batch, LMM against DM, and DM's cursor waits.
 
-Run: mpiexec -n 4 python notebooks/solutions/04_dm_readers.py
+Run from the repository root: mpiexec -n 4 .venv/bin/python notebooks/solutions/04_dm_readers.py
 Virtual nodes of k ranks (ranks_per_node=k) give 4/k readers; only readers walk.
+
+Part 1: LMM's readers walk readers x 256 records per batch, DM's ring 256 whatever the readers.
+Part 2: a DM reader waits for the reader before it in the ring to pass the cursor, so the waits
+are the ring's hand-offs: a lone reader (k = 4) has no one to wait for, and with several readers each waits
+about as long as the readers before it take to walk their share (which reader waits longest
+changes from run to run on a loaded 2-core machine: the order, not the times, is fixed).
 """
 
 from mpi4py import MPI
@@ -38,3 +44,7 @@ if comm.rank == 0:
         assert lmm == readers * B, (k, lmm)
         assert dm == B, (k, dm)
     print(f"LMM's readers walk readers x {B} records per batch, DM's {B}: the saving is the reader count")
+    for k in (1, 2, 4):   # part 2: one cursor wait per reader of the ring, none for the ranks that only view
+        assert len([t for w, t in table[k, "lmdbio-lmm-dm"] if w]) == comm.size // k, k
+    print("part 2: each DM reader waits for the one before it to pass the cursor; a lone reader has no one "
+          "to wait for (its wait is the phase's bookkeeping), and which reader waits longest changes from run to run")

@@ -9,7 +9,7 @@ from mpi4py import MPI
 
 import lmdbio
 from lmdbio.lab.lessons import demo
-from lmdbio.metrics import evict
+from lmdbio.lab.pagecache import evict
 
 comm = MPI.COMM_WORLD
 path = str(demo.dataset("cifar10", 4096)) if comm.rank == 0 else None   # made once, by rank 0

@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 import lmdbio
 from lmdbio.lab.lessons import demo
-from lmdbio.metrics import evict
+from lmdbio.lab.pagecache import evict
 
 comm = MPI.COMM_WORLD
 SIZES = (2048, 8192)

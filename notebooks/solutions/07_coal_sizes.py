@@ -7,7 +7,7 @@ from mpi4py import MPI
 
 import lmdbio
 from lmdbio.lab.lessons import demo
-from lmdbio.metrics import evict
+from lmdbio.lab.pagecache import evict
 from lmdbio.plan import coalesce_batches
 
 comm = MPI.COMM_WORLD

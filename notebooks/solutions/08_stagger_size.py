@@ -1,7 +1,7 @@
 # nprocs: 4
 """Exercise 08: vary stagger_size. How many groups read at the same moment, and which rule does STAG keep?
 
-Run: mpiexec -n 4 python notebooks/solutions/08_stagger_size.py
+Run from the repository root: mpiexec -n 4 .venv/bin/python notebooks/solutions/08_stagger_size.py
 
 Every rank is its own (virtual) node, so all 4 ranks are readers, and the
 file is evicted before each run (cold). coalesce_bytes=1 makes each request
@@ -21,7 +21,7 @@ from mpi4py import MPI
 import lmdbio
 from lmdbio.lab.lessons import demo
 from lmdbio.lab.lessons.nb08 import overlap
-from lmdbio.metrics import evict
+from lmdbio.lab.pagecache import evict
 
 comm = MPI.COMM_WORLD
 path = str(demo.dataset("cifar10", 4096)) if comm.rank == 0 else None

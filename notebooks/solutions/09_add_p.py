@@ -1,7 +1,7 @@
 # nprocs: 4
 """Exercise 09: add process counts. What grows with P for LMDB, and not for the full stack?
 
-Run: mpiexec -n 4 python notebooks/solutions/09_add_p.py
+Run from the repository root: mpiexec -n 4 .venv/bin/python notebooks/solutions/09_add_p.py
 
 The 4 ranks are split into sub-communicators of P = 1, 2 and 4 ranks (one
 node, as in the notebook's local sweep). At each P, LMDB and the full

@@ -1,7 +1,7 @@
 # nprocs: 4
 """Exercise 10: vary the prefetch depth. Does the thread read during the compute, and does it pay?
 
-Run: mpiexec -n 4 python notebooks/solutions/10_prefetch_depth.py
+Run from the repository root: mpiexec -n 4 .venv/bin/python notebooks/solutions/10_prefetch_depth.py
 
 Each rank is its own (virtual) node and reads with the full stack, one
 batch per request (``coalesce_bytes=1``: COAL's 4 MiB would read all 16
@@ -22,7 +22,7 @@ from mpi4py import MPI
 
 import lmdbio
 from lmdbio.lab.lessons import demo
-from lmdbio.metrics import evict
+from lmdbio.lab.pagecache import evict
 
 comm = MPI.COMM_WORLD
 path = comm.bcast(str(demo.dataset("cifar10", 4096)) if comm.rank == 0 else None, root=0)

@@ -1,7 +1,7 @@
 # nprocs: 1
 """Exercise 11: the estimate that decides the model's LMDB at 9,216 processes.
 
-Run: python notebooks/solutions/11_seek_estimate.py
+Run from the repository root: .venv/bin/python notebooks/solutions/11_seek_estimate.py
 
 The seek cost between interleaved streams on one GPFS target (``gpfs-2017.seek_s``) is an
 estimate with a range, not a measurement. This script predicts LMDB and the full stack for

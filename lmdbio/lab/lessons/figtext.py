@@ -66,14 +66,25 @@ def _not_figure_text(tree: ast.AST) -> set[int]:
     return found
 
 
+def _module_files(names):
+    """(module name, file, STATIC) of each figure module; a package's files share its ``STATIC``."""
+    for name in names:
+        mod = importlib.import_module(name)
+        static = getattr(mod, "STATIC", {})
+        subs = [(name, Path(mod.__file__))]
+        if hasattr(mod, "__path__"):
+            subs = [(f"{name}.{p.stem}", p) for p in sorted(Path(mod.__path__[0]).glob("*.py"))]
+        for sub, path in subs:
+            own = {} if sub == name else getattr(importlib.import_module(sub.removesuffix(".__init__")), "STATIC", {})
+            yield name, path, {**static, **own}
+
+
 def module_problems(names=FIGURE_MODULES) -> list[Problem]:
     """Every typed string of the figure modules with a number or comparison word and no source."""
     problems = []
-    for name in names:
-        mod = importlib.import_module(name)
-        path = Path(mod.__file__)
+    for name, path, static in _module_files(names):
         tree = ast.parse(path.read_text())
-        static, docs = getattr(mod, "STATIC", {}), _not_figure_text(tree)
+        docs = _not_figure_text(tree)
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in docs:
                 continue

@@ -259,10 +259,22 @@ def _inside(text: str, start: int, end: int, phrase: str) -> bool:
     return False
 
 
+def _unavailable(error: Exception) -> str:
+    """Why a fact could not be computed from a run, as a sentence a student can act on."""
+    if isinstance(error, FileNotFoundError):
+        return f"Not in this run: {error}."
+    if isinstance(error, (KeyError, IndexError, ValueError)):
+        return ("Not in this run: its results have no such point (a tiny run measures fewer processes, "
+                "settings or variants than the committed default scale); compare the committed value.")
+    return f"Not computed from this run ({type(error).__name__}: {error})."
+
+
 def compare(notebook: str, results_root) -> pd.DataFrame:
-    """A student's run beside the committed text: each fact from the committed results and from this run."""
+    """A student's run beside the committed text: each fact from the committed results and from this run
+    (a fact this run cannot give says why, in a sentence)."""
     ours, committed = facts(notebook, results_root), facts(notebook, COMMITTED)
-    rows = [dict(fact=k, committed=_fmt(committed[k]), this_run=_fmt(ours[k])) for k in committed]
+    show = lambda v: _unavailable(v) if isinstance(v, Exception) else _fmt(v)  # noqa: E731
+    rows = [dict(fact=k, committed=show(committed[k]), this_run=show(ours[k])) for k in committed]
     return pd.DataFrame(rows).set_index("fact")
 
 
