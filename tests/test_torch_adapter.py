@@ -229,3 +229,55 @@ def test_torchrun_ddp_reads_every_record_once_with_torch_installed(db):
 def test_torchrun_reads_without_mpi4py_with_torch_installed(db):
     """The same loop (lmdb-get) with ``import mpi4py`` failing in every process."""
     _torchrun(db, "lmdb-get", "--block-mpi4py")
+
+
+@pytest.mark.torch
+@pytest.mark.long
+def test_len_is_the_items_per_epoch_with_torch_installed(db):
+    """tests/mpi/torch_position.py len on 2 ranks: len(ds), batches_per_epoch and len(loader)
+    are the rank's items per epoch under every last-batch policy, with 0 and 3 workers; a
+    worker's copy says its own share."""
+    path = torch_path()
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), path) if p)}
+    proc = run_mpi("torch_position.py", 2, db, "len", env=env, timeout=600)
+    assert "torch position len: ok" in proc.stdout
+
+
+def _left_behind(pid: int, before: set) -> list[str]:
+    """Files in /dev/shm and the temporary directory that were not there ``before`` and are
+    named as a dataset position or after process ``pid``."""
+    import re
+    import tempfile
+
+    mine = re.compile(rf"lmdbio-position|(?<!\d){pid}(?!\d)")
+    return sorted(p for p in _shm_and_tmp(tempfile) - before if mine.search(os.path.basename(p)))
+
+
+def _shm_and_tmp(tempfile) -> set:
+    found = set()
+    for d in {"/dev/shm", tempfile.gettempdir()}:
+        if os.path.isdir(d):
+            found |= {os.path.join(d, f) for f in os.listdir(d)}
+    return found
+
+
+@pytest.mark.torch
+@pytest.mark.long
+@pytest.mark.parametrize("how", ["close", "sigterm", "exit"])
+def test_no_position_file_is_left_with_torch_installed(db, how):
+    """F26: a dataset whose epoch and loaded state reached persistent workers leaves no
+    position file (nor any file named after its process) in /dev/shm or the temporary
+    directory, whether it ends by close() then set_epoch and load_state_dict, by SIGTERM or by
+    os._exit (tests/mpi/torch_position.py)."""
+    import re
+    import tempfile
+
+    path = torch_path()
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), path) if p)}
+    before = _shm_and_tmp(tempfile)
+    proc = run_mpi("torch_position.py", 1, db, how, env=env, timeout=600, check=False)
+    got = re.search(r"^pid (\d+)$", proc.stdout, re.MULTILINE)
+    assert got, f"the script ended before its end ({proc.returncode}):\n{proc.stderr[-3000:]}"
+    assert (proc.returncode == 0) == (how != "sigterm"), proc.stderr[-3000:]
+    left = _left_behind(int(got.group(1)), before)
+    assert not left, f"left behind after {how}: {left}"

@@ -131,3 +131,52 @@ def test_reader_table_too_small_names_max_readers(tmp_path):
     fine = WorkerReader(plan, 2)   # nobody holds it now: the workers size the table
     assert len(fine.read(np.arange(3))) == 3
     fine.close()
+
+
+@pytest.mark.parametrize("sidecar", [False, True], ids=["index", "provenance"])
+def test_worker_reads_through_the_pipeline_as_py_lmdb_stores(tmp_path, sidecar):
+    """A worker reads through lmdbio-direct's stages: with a current provenance sidecar its
+    locator takes the extents from it, without one from the record index; either way every
+    batch of a shuffled epoch (the short last one included) holds py-lmdb's values of the
+    plan's positions."""
+    import lmdb
+    from mpi4py import MPI
+
+    from lmdbio.datasets import make_dataset
+
+    db = make_dataset(tmp_path / "p", "cifar10", 203, commit_every=50, seed=7,
+                      provenance=sidecar)
+    with lmdb.open(str(db), readonly=True, lock=False) as env, env.begin() as txn:
+        stored = [bytes(v) for _, v in txn.cursor()]
+    plan = replace(make_plan(MPI.COMM_SELF, db, 8, shuffle=True, **ORDER), nprocs=2, rank=1)
+    reader = WorkerReader(plan, 2)
+    rows = plan.rows(3)
+    try:
+        for i in range(rows.batches):
+            want = plan.share(rows, i)
+            got = reader.read(want)
+            assert got.indices.tolist() == want.tolist()
+            assert [bytes(x) for x in got] == [stored[p] for p in want], f"batch {i}"
+        assert len(plan.share(rows, rows.batches - 1)) < plan.per_rank   # a short one was read
+        assert reader.describe()["direct_locate"] == ("provenance" if sidecar else "index")
+    finally:
+        reader.close()
+
+
+def test_worker_names_the_fork_when_its_file_is_open_here(db):
+    """A worker whose process already holds the file open (what a forked worker inherits)
+    raises ConfigurationError naming the fork and the fix; its cause is the AlreadyOpenError,
+    which names the file in a field."""
+    import lmdb
+    from mpi4py import MPI
+
+    from lmdbio.errors import AlreadyOpenError
+    from lmdbio.format import db_file
+
+    plan = make_plan(MPI.COMM_SELF, db, 8)
+    with lmdb.open(str(db), readonly=True, lock=False), \
+            pytest.raises(ConfigurationError, match="multiprocessing_context='spawn'") as info:
+        WorkerReader(plan, 1).read(np.arange(3))
+    assert info.value.option == "multiprocessing_context"
+    cause = info.value.__cause__
+    assert isinstance(cause, AlreadyOpenError) and cause.path == str(db_file(db))
