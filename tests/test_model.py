@@ -498,7 +498,7 @@ def test_every_estimate_has_a_range_with_a_reason():
 
 
 def test_sensitivity_moves_one_estimate_at_a_time(tmp_path):
-    from lmdbio.lab.model.predict import estimate_ends, sensitivity, write_predictions
+    from lmdbio.lab.model.output import estimate_ends, sensitivity, write_predictions
 
     plat = load_platform("bebop")
     ends = list(estimate_ends(plat))

@@ -12,7 +12,8 @@ paper problem it models, and storage time comes from the storage model of
 
 from .calibrate import Calibration, load_calibration, run_calibration, save_calibration
 from .platform import Platform, Workload, list_platforms, load_platform
-from .predict import PHASES, predict, predict_point, write_predictions
+from .output import write_predictions
+from .predict import PHASES, predict, predict_point
 
 __all__ = ["Calibration", "load_calibration", "run_calibration", "save_calibration",
            "Platform", "Workload", "list_platforms", "load_platform",

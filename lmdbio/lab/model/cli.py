@@ -107,7 +107,8 @@ def _cmd_predict(args) -> int:
 
     from .calibrate import load_calibration
     from .platform import load_platform
-    from .predict import predict, write_predictions
+    from .output import write_predictions
+    from .predict import predict
     from .uncertainty import joint, verdict_maps
 
     plat = load_platform(args.platform)

@@ -20,7 +20,7 @@ from .calibrate import Calibration
 from .platform import Platform, Workload
 from .streams import disk_profile, run_phase
 
-__all__ = ["PHASES", "Point", "point", "storage_profile", "explicit_depth", "shared_probe_of",
+__all__ = ["PHASES", "Point", "point", "storage_profile", "explicit_depth", "shared_probe_of", "probe_at",
            "phase_time", "speculation_of", "requests_curve", "leaf_cut_of"]
 
 PHASES = ("locate", "read", "distribute", "wait", "compute", "communicate")
@@ -88,7 +88,8 @@ def leaf_cut_of(path: str):
 
 
 @lru_cache(maxsize=8)
-def _shared_probe(path: str):
+def probe_at(path: str):
+    """The shared target's probe stored at ``path`` (loaded once per path)."""
     from .sharedprobe import load_probe
 
     return load_probe(path)
@@ -100,7 +101,7 @@ def shared_probe_of(platform: Platform):
     name = str(getattr(platform.storage, "name", platform.storage))
     if not (name.startswith("shared:") and platform.shared_probe):
         return None
-    return _shared_probe(platform.shared_probe)
+    return probe_at(platform.shared_probe)
 
 
 @lru_cache(maxsize=8)

@@ -27,10 +27,9 @@ from .calibrate import Calibration, load_calibration
 from .platform import Platform, Workload, load_platform
 from .point import (PHASES, Point, explicit_depth, point, shared_probe_of,
                     storage_profile)
-from .point import _shared_probe  # noqa: F401 - validate's spelling
 
-__all__ = ["PHASES", "explicit_depth", "predict_point", "predict", "write_predictions", "storage_profile",
-           "POWERS", "estimate_ends", "sensitivity", "band_columns", "shared_probe_of", "row_of", "blend"]
+__all__ = ["PHASES", "explicit_depth", "predict_point", "predict", "storage_profile",
+           "POWERS", "shared_probe_of", "row_of", "blend"]
 
 #: The poster's x axis.
 POWERS = (1, 2, 4, 8, 16, 36, 72, 144, 288, 576, 1152, 2304, 4608, 9216)
@@ -163,5 +162,3 @@ def predict(platform: Platform | str, procs, variants=("all",), workloads=None,
     return rows
 
 
-
-from .output import band_columns, estimate_ends, sensitivity, write_predictions  # noqa: E402

@@ -199,9 +199,9 @@ def validate(summaries, platform: Platform | str = "this-machine", cal: Calibrat
                 p = p.with_(storage=throttled_profile(str(r["storage"]).split(":", 1)[1], meta,
                                                       int(r["ranks_per_node"] or 1)))
             elif setting == "shared storage target":
-                from .predict import _shared_probe
+                from .point import probe_at
 
-                probe = _shared_probe(plat.shared_probe) if plat.shared_probe else None
+                probe = probe_at(plat.shared_probe) if plat.shared_probe else None
                 p = p.with_(storage=shared_profile(str(r["storage"]).split(":", 1)[1], meta,
                                                    int(r["nprocs"]), probe))
             elif storage != "disk" and scale is None:
