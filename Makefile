@@ -10,7 +10,7 @@ SCALE   ?= default
 CLUSTER ?= mpi
 SLURM_DIR ?= build/slurm
 
-.PHONY: venv lock test check test-all coverage test-matrix test-slurm test-torch fuzz reproduce datasets notebooks figures strip lab bench bench-issue6 bench-issue15 bench-pfs bench-throttle bench-faulters bench-shared \
+.PHONY: venv lock lint test check test-all coverage test-matrix test-slurm test-torch fuzz reproduce datasets notebooks figures strip lab bench bench-issue6 bench-issue15 bench-pfs bench-throttle bench-faulters bench-shared \
 	cluster-up cluster-down clean help
 
 help:
@@ -19,6 +19,7 @@ help:
 	@echo "make test       - the fast tier: units, real MPI at P <= 4, one notebook, fuzz smoke (minutes)"
 	@echo "make check      - the full gate CI runs: make test plus P = 3/16/64, timeouts, every notebook,"
 	@echo "                  solutions, FUSE, throttled and shared devices, Slurm, the fuzz campaign"
+	@echo "make lint       - ruff over lmdbio/, tests/, benchmarks/ and mypy over the library (make check runs it)"
 	@echo "make test-all   - make check plus the long tier: real torch, the real calibration,"
 	@echo "                  the whole option matrix and the long fuzz campaign"
 	@echo "make coverage   - make check under coverage (MPI ranks and notebook kernels included);"
@@ -74,8 +75,16 @@ PYTEST := $(BIN)/python -m pytest -p no:cacheprovider --durations-file build/tes
 test: venv
 	$(PYTEST) -m "not gate and not long" tests
 
-check: venv
+check: venv lint
 	$(PYTEST) -m "not long" tests
+
+# ruff (pyflakes, bugbear, pyupgrade, private imports; pyproject.toml [tool.ruff]) over the tree
+# and mypy over the library (lmdbio/ without lmdbio/lab/; [tool.mypy]).
+# `ruff format --check $(LINTED)` joins this target once the tree has been formatted in one go.
+LINTED := lmdbio tests benchmarks
+lint: venv
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/mypy
 
 test-all: venv
 	$(PYTEST) tests

@@ -22,10 +22,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lmdbio.recordindex import build_index  # noqa: E402
-from lmdbio.lab.pagecache import evict  # noqa: E402
-from lmdbio.lab.prov_offsets import arithmetic_offsets  # noqa: E402
-from lmdbio.provenance import load_provenance, sidecar_path, write_provenance  # noqa: E402
+from lmdbio.recordindex import build_index
+from lmdbio.lab.pagecache import evict
+from lmdbio.lab.prov_offsets import arithmetic_offsets
+from lmdbio.provenance import load_provenance, sidecar_path, write_provenance
 
 VALUE_BYTES = 3087
 

@@ -48,9 +48,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import lmdbio  # noqa: E402
-from lmdbio import datum  # noqa: E402
-from lmdbio.datasets import Preset, synthetic_images  # noqa: E402
+import lmdbio
+from lmdbio import datum
+from lmdbio.datasets import Preset, synthetic_images
 
 ASPECTS = ((1, 1), (4, 3), (3, 4), (3, 2), (2, 3))   # width : height
 

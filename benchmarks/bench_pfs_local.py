@@ -127,7 +127,7 @@ def main() -> None:
                                 page_reads(str(f), args.rtt, size)))
             st = m.stats()
     gib = size / (1 << 30)
-    med = lambda i: statistics.median(r[i] for r in rows)  # noqa: E731
+    med = lambda i: statistics.median(r[i] for r in rows)
     k = st["kernel"]
     print(f"{args.mib} MiB in 4 MiB reads, {args.repeats} rounds, source {'cold' if args.cold_source else 'warm'}; "
           f"kernel: max_read {k['max_read'] >> 10} KiB, readahead {k['read_ahead_kb']} KiB, "

@@ -23,7 +23,7 @@ p.add_argument("--no-measure", action="store_true")
 p.add_argument("--repeats", type=int, default=1)
 a = p.parse_args()
 comm = MPI.COMM_WORLD
-for rep in range(a.repeats):
+for _rep in range(a.repeats):
     for v in a.variants.split(","):
         with lmdbio.Reader(a.db, a.batch_size, comm, variant=v, ranks_per_node=a.ranks_per_node,
                            readers_per_node=a.readers_per_node,

@@ -6,10 +6,17 @@ optimizations LMM, DM, DIO, PROV, COAL and STAG, which all deliver exactly
 the same records.
 """
 
+from typing import TYPE_CHECKING
+
 from .errors import (AccessError, ConfigurationError, DatasetError, ImageError, LmdbFormatError,
                      LmdbioError, PeerError, PeerTimeoutError, ProvenanceError, ResourceError,
                      SnapshotError, StaleProvenanceError)
 from .options import EXTRA_VARIANTS, VARIANTS, Options, parse_variant
+
+if TYPE_CHECKING:   # imported on first use by __getattr__ below
+    from .batch import Batch
+    from .datasets import make_dataset
+    from .reader import Reader
 
 #: The one version source: pyproject.toml reads it ([tool.setuptools.dynamic]).
 __version__ = "0.1.0"

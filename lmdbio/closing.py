@@ -67,9 +67,10 @@ class Closing:
             self.comm.abort(exc)
 
     def _abandon(self) -> None:
-        if self.pipe is not None:
+        pipe = getattr(self, "pipe", None)   # unset when the Reader's setup failed early
+        if pipe is not None:
             with contextlib.suppress(Exception):   # best effort on an error path
-                self.pipe.abandon()
+                pipe.abandon()
 
     def _fail(self, exc: BaseException) -> None:
         if self._on_error == "abort" and self.nprocs > 1:
@@ -108,14 +109,14 @@ class Closing:
         if self._closed:
             return True, [], None
         self._closed = True
-        it = self.it
+        it, pipe = getattr(self, "it", None), getattr(self, "pipe", None)   # unset: setup failed
         problem = None
         try:
             if it is not None:
                 it.live = None   # an epoch iterator dropped later must not touch the closed pipeline
                 it.stop_prefetch()
-            if self.pipe is not None:
-                self.pipe.finish(failed, it.t if it is not None else 0)
+            if pipe is not None:
+                pipe.finish(failed, it.t if it is not None else 0)
         except Exception as exc:
             problem, failed = exc, True
         present, failed_ranks = self._agree(failed, limit)
@@ -137,8 +138,9 @@ class Closing:
     def _release(self, agree: bool = True) -> None:
         settled = agree and getattr(self, "_settled", True)
         try:
-            if self.pipe is not None:
-                self.pipe.release(timeout(), agree)
+            pipe = getattr(self, "pipe", None)   # unset when the Reader's setup failed early
+            if pipe is not None:
+                pipe.release(timeout(), agree)
         except BaseException:
             settled = False   # a wait given up: its request may still be pending
             raise

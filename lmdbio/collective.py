@@ -20,12 +20,14 @@ communicator is parked, never freed (:func:`release_comms`).
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 from . import tags
 from .errors import PeerTimeoutError
@@ -194,7 +196,8 @@ def _round(comm, tag: int, value: Any, combine: Callable[[Any, Any], Any], limit
     decision: list = []       # [(complete, value, missing)] once decided
     noted = [None]            # the last note sent up
     sent_up = [False]
-    gone_at = [None]          # when a child was first seen to have given up on this rank
+    # When a child was first seen to have given up on this rank.
+    gone_at: list[float | None] = [None]
 
     def send(dest: int, kind: str, data) -> None:
         sends.append(comm.isend((seq, kind, data), dest=dest, tag=tag))
@@ -271,12 +274,14 @@ def _round(comm, tag: int, value: Any, combine: Callable[[Any, Any], Any], limit
         now = time.monotonic()
         if gone and gone_at[0] is None:
             gone_at[0] = now
+        first_gone = gone_at[0]
         if parent is None:
             # A child gave up on us: the round cannot complete; decide once the other
             # children's last messages (already sent, maybe not yet matched) are in.
             if complete:
                 decision.append((True, known()[0], []))
-            elif now >= decide_at or (gone and now >= gone_at[0] + min(0.5, 0.05 * limit)):
+            elif now >= decide_at or (gone and first_gone is not None
+                                      and now >= first_gone + min(0.5, 0.05 * limit)):
                 v, missing = known()
                 decision.append((False, v, missing))
             return bool(decision)
@@ -383,7 +388,7 @@ def collective(comm, fn: Callable, *args, **kwargs):
         return fn(*args, **kwargs)
     limit = timeout()
     what = f"the collective step {getattr(fn, '__qualname__', 'of the Reader')}"
-    nothing = ([], None)
+    nothing: tuple[list, BaseException | None] = ([], None)
     # Both rounds' numbers are taken now, so every rank's count moves on by two whatever
     # happens: a later step on this communicator is not mistaken for this one.
     st = _state(comm)
@@ -454,7 +459,7 @@ def release_comms(comms, settled: bool) -> None:
         # A send still pending (its receiver has not taken it yet) must not outlive its
         # communicator: give it a moment, then park.
         if settled and not st.unsettled and wait_until(
-                lambda sends=st.pending: all(q.Test() for q in sends), min(1.0, timeout())):
+                functools.partial(_all_done, st.pending), min(1.0, timeout())):
             c.Free()
         else:
             _PARKED_COMMS.append(c)
@@ -463,6 +468,10 @@ def release_comms(comms, settled: bool) -> None:
         while (m := old.improbe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG)) is not None:
             m.recv()
         old.Free()
+
+
+def _all_done(requests) -> bool:
+    return all(q.Test() for q in requests)
 
 
 def abort_job(comm, exc: BaseException) -> None:

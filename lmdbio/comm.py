@@ -26,7 +26,8 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .errors import ConfigurationError, PeerTimeoutError
 from .failures import lowest_error, portable, rebuild
@@ -52,7 +53,7 @@ def _torch_initialized() -> bool:
     return dist is not None and dist.is_available() and dist.is_initialized()
 
 
-def as_comm(comm=None) -> "Comm":
+def as_comm(comm=None) -> Comm:
     """``comm`` as a :class:`Comm`: an mpi4py communicator, a ``torch.distributed`` process
     group, or a Comm. None: MPI's COMM_WORLD, unless the process was started without an MPI
     launcher and ``torch.distributed`` has a default group (``torchrun``): then that group."""
@@ -129,7 +130,7 @@ class Comm(ABC):
 
     # -- the communicator itself
     @abstractmethod
-    def dup(self) -> "Comm":
+    def dup(self) -> Comm:
         """A communicator of the same ranks whose messages meet no other's. Collective."""
 
     @abstractmethod

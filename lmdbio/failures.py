@@ -19,16 +19,16 @@ def union(a: list, b: list) -> list:
 def portable(rank: int, err: BaseException) -> tuple:
     """``err`` as a message ``(rank, type, type name, text, fields)``: its type travels when
     it can be unpickled elsewhere, its fields (``err.__dict__``) when they pickle."""
-    etype = type(err)
+    etype: type[BaseException] | None = type(err)
     try:
         if pickle.loads(pickle.dumps(etype)) is not etype:
             etype = None
-    except Exception:  # noqa: BLE001 - a local class: only its name travels
+    except Exception:   # a local class: only its name travels
         etype = None
     fields = dict(getattr(err, "__dict__", {}))
     try:
         pickle.dumps(fields)
-    except Exception:  # noqa: BLE001 - fields that cannot travel stay behind
+    except Exception:   # fields that cannot travel stay behind
         fields = {}
     return rank, etype, type(err).__name__, str(err), fields
 
@@ -49,7 +49,7 @@ def rebuild(r: int, etype, name: str, msg: str, fields: dict | None = None) -> B
     if etype is not None:
         try:
             err = etype(text)
-        except Exception:  # noqa: BLE001 - a type that takes other arguments
+        except Exception:   # a type that takes other arguments
             pass
         else:
             if fields:

@@ -157,7 +157,7 @@ def _detect_format(head: bytes, path) -> int:
             if off == 12 and struct.unpack_from("<I", head, off)[0] == MAGIC:
                 raise page_error(path, 0, "32-bit LMDB file (12-byte page header); only 64-bit files are "
                                      "supported (convert it with mdb_dump/mdb_load on this machine)")
-    for version, (hdr, _) in FORMATS.items():
+    for hdr, _ in FORMATS.values():
         if len(head) >= hdr + 8:
             magic, ver = struct.unpack_from("<II", head, hdr)
             if magic == MAGIC:

@@ -103,9 +103,12 @@ class _Phase:
     """One timed phase (a plain class: a generator-based context manager costs more)."""
 
     __slots__ = ("rec", "name", "batch", "row", "t0", "r0", "chain")
+    t0: float
+    r0: resource.struct_rusage
 
-    def __init__(self, rec: "PhaseRecorder", name: str, batch: int, chain: bool):
-        self.rec, self.name, self.batch, self.row, self.chain = rec, name, batch, {}, chain
+    def __init__(self, rec: PhaseRecorder, name: str, batch: int, chain: bool):
+        self.rec, self.name, self.batch, self.chain = rec, name, batch, chain
+        self.row: dict = {}
 
     def __enter__(self) -> dict:
         if self.chain and self.rec._last is not None:
@@ -115,25 +118,24 @@ class _Phase:
             self.t0 = _monotonic()
         return self.row
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> None:
         t1 = _monotonic()
         r1 = _getrusage(_RUSAGE_SELF)
         self.rec._raw.append((self.name, self.batch, self.t0, t1, self.r0, r1, self.row))
         self.rec._last = (t1, r1)
-        return False
 
 
 class _NoPhase:
     __slots__ = ("row",)
 
-    def __init__(self):
-        self.row = {}
+    def __init__(self) -> None:
+        self.row: dict = {}
 
     def __enter__(self) -> dict:
         return self.row
 
-    def __exit__(self, *exc) -> bool:
-        return False
+    def __exit__(self, *exc) -> None:
+        pass
 
 
 _getrusage, _RUSAGE_SELF, _monotonic = resource.getrusage, resource.RUSAGE_SELF, time.monotonic
@@ -157,7 +159,7 @@ class PhaseRecorder:
         self.enabled = enabled
         self._raw: list[tuple] = []
         self._rows: list[dict] = []
-        self._last = None
+        self._last: tuple[float, resource.struct_rusage] | None = None
 
     def phase(self, name: str, batch: int, chain: bool = False):
         """Context manager timing one phase; yields a dict for extra counters."""

@@ -120,7 +120,7 @@ class Stream:
         """Every position this reader ever reads, ascending."""
         return positions_touched(self.n, self.batch, self.lo, self.count)
 
-    def epoch(self, rows: np.ndarray, t0: int) -> "EpochSchedule":
+    def epoch(self, rows: np.ndarray, t0: int) -> EpochSchedule:
         """The schedule of an epoch whose batch ``t`` holds ``rows[t - t0]``."""
         return EpochSchedule(self, rows, t0)
 

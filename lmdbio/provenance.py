@@ -291,8 +291,9 @@ class Provenance:
             if cls._digest(arrays) != digest:
                 raise ProvenanceError(f"{path}: sidecar contents do not match its digest (damaged "
                                       f"or edited); {fix}")
-            ident = arrays["identity"].tolist()
-            prov = cls(int(arrays["n"]), *ident, arrays["run_start"], arrays["run_base"],
+            fv, psize, hdr, txnid, last, size, entries = arrays["identity"].tolist()
+            prov = cls(int(arrays["n"]), fv, psize, hdr, txnid, last, size, entries,
+                       arrays["run_start"], arrays["run_base"],
                        arrays["run_stride"], int(arrays["size_const"]), arrays["size_run_start"],
                        arrays["size_run_value"], arrays["size_array"], arrays["leaf_pgnos"],
                        arrays["leaf_starts"], digest=digest)
@@ -374,6 +375,7 @@ def verify_provenance(path, *, stamp: bool = True) -> dict:
     ProvenanceError (none, unreadable).
     """
     prov = load_provenance(path)
+    assert prov.path is not None, "load_provenance names the file"
     fd = os.open(prov.path, os.O_RDONLY)
     try:
         row: dict = {}
@@ -399,6 +401,7 @@ def provenance_status(path) -> str:
         prov = load_provenance(path)
     except ProvenanceError:
         return "stale"
+    assert prov.path is not None, "load_provenance names the file"
     fd = os.open(prov.path, os.O_RDONLY)
     try:
         meta = fmt.read_meta(fd, name=str(prov.path))

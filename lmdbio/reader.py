@@ -96,6 +96,11 @@ class Reader(Closing):
             :meth:`read_batch` acts on it at once.
     """
 
+    # Set in __init__; a Reader whose setup failed never reaches its caller (closing.py's
+    # error paths find them unset). ``it``: the epochs, the next batch, the live epoch.
+    pipe: Pipeline
+    it: Iteration
+
     def __init__(self, path, batch_size: int, comm=None,
                  variant: str = "lmdbio-lmm-dio", ranks_per_node: int | None = None,
                  readers_per_node: int = 1, *, options: Options | None = None,
@@ -119,9 +124,6 @@ class Reader(Closing):
         self._totals0 = totals_snapshot()
         self._missing: list[int] = []
         self.topology: Topology | None = None
-        self.pipe: Pipeline | None = None
-        #: Where this Reader is: the epochs, the next batch, the live epoch and its prefetch.
-        self.it: Iteration | None = None
 
         orders = dict(shuffle=shuffle, seed=seed, shuffle_block=shuffle_block, order=order,
                       shuffle_window=shuffle_window, last_batch=last_batch,
@@ -213,7 +215,7 @@ class Reader(Closing):
             self.coalesce = self.pipe.setup(self.n, self.batch_size, mean_size, row)
         digest = comm.bcast(comm.collective(
             lambda: content_digest(self.path, self.txnid) if self.rank == 0 else None), root=0)
-        self.it = Iteration(self.pipe.stream, self.pipe.epochs, self.batch_size, self.rank,
+        self.it = Iteration(self.pipe.agreed_stream(), self.pipe.epochs, self.batch_size, self.rank,
                             self.nprocs, {"txnid": self.txnid, "records": self.n, "digest": digest})
 
     # ------------------------------------------------------------- reading

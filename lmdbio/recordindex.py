@@ -131,8 +131,8 @@ def _walk(fd: int, meta: fmt.MetaInfo) -> RecordIndex:
     dup = np.intersect1d(leaves, np.fromiter(visited, np.int64, len(visited)))
     uniq, seen = np.unique(leaves, return_counts=True)
     if len(dup) or len(uniq) != len(leaves):
-        bad = int(dup[0]) if len(dup) else int(uniq[np.argmax(seen > 1)])
-        raise fmt.page_error(name, bad, "page is reached twice (a cycle or shared child)")
+        twice = int(dup[0]) if len(dup) else int(uniq[np.argmax(seen > 1)])
+        raise fmt.page_error(name, twice, "page is reached twice (a cycle or shared child)")
 
     psize, hdr = meta.psize, meta.header_size
     offs, sizes, counts = [], [], []
@@ -219,7 +219,7 @@ def build_index(path, *, snapshot: Snapshot | None = None) -> RecordIndex:
                                      "of the same file (or none)")
     # A snapshot's own descriptor holds the file its transaction pins, whatever the path names now.
     own = snapshot is None or snapshot.fd < 0
-    fd = os.open(f, os.O_RDONLY) if own else snapshot.fd
+    fd = os.open(f, os.O_RDONLY) if snapshot is None or own else snapshot.fd
     try:
         meta = snapshot.meta if snapshot is not None else fmt.read_meta(fd, name=str(f))
         meta = _with_path(meta, str(f))
@@ -256,29 +256,28 @@ def check_tree(path, *, retries: int = 20, fd: int | None = None) -> fmt.MetaInf
     """
     f = fmt.db_file(path) if fd is None else Path(path)
     own = fd is None
-    if own:
-        fd = os.open(f, os.O_RDONLY)
+    handle = os.open(f, os.O_RDONLY) if fd is None else fd
     try:
         for _ in range(retries + 1):
-            meta = fmt.read_meta(fd, name=str(f))
-            bound = verified.binding("tree", fd, meta)
+            meta = fmt.read_meta(handle, name=str(f))
+            bound = verified.binding("tree", handle, meta)
             if verified.trust_stamps() and verified.has_stamp(bound):
                 return meta   # this file version passed the walk before (lmdbio.verified)
             try:
-                _walk(fd, meta)
+                _walk(handle, meta)
                 if verified.trust_stamps():
                     verified.write_stamp(bound)
                 return meta
             except LmdbFormatError as exc:
                 # Pages of the tree a meta names are only rewritten after two more commits.
-                if fmt.read_meta(fd, name=str(f)).txnid == meta.txnid:
+                if fmt.read_meta(handle, name=str(f)).txnid == meta.txnid:
                     raise
                 last = exc
         raise SnapshotError(f"{f}: a writer committed during each of {retries + 1} checks of the "
                             f"tree (last problem seen: {last}); try again when it writes less")
     finally:
         if own:
-            os.close(fd)
+            os.close(handle)
 
 
 def _with_path(meta: fmt.MetaInfo, path: str) -> fmt.MetaInfo:

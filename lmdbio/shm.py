@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -61,10 +62,17 @@ class GroupBuffer:
     """
 
     MIN_SLOTS = 4
+    # Views of the shared header (numpy arrays), None once the group closed or gave up its
+    # windows; the ``is None`` checks guard the paths that may run after that.
+    header: Any
+    acks: Any
+    asleep: Any
+    failed: Any
+    waiting_on: Any
 
-    def __init__(self, comm: MPI.Comm, max_records: int, capacity: int, nslots: int = MIN_SLOTS,
-                 names: tuple[int, ...] | None = None, batches_per_chunk: int = 1,
-                 lag: int = 0):
+    def __init__(self, comm: MPI.Intracomm, max_records: int, capacity: int,
+                 nslots: int = MIN_SLOTS, names: tuple[int, ...] | None = None,
+                 batches_per_chunk: int = 1, lag: int = 0):
         if nslots < self.MIN_SLOTS + lag:
             raise ValueError(f"nslots must be at least {self.MIN_SLOTS} + lag ({lag}), got {nslots}")
         self.nslots = int(nslots)
@@ -159,6 +167,12 @@ class GroupBuffer:
             self._firsts[chunk] = t
             self._firsts.pop(chunk - 4 * self.nslots, None)
 
+    def _stopped_asking(self, m: int, need: int) -> str:
+        """The reader's timeout message for member ``m``, which did not ask for chunk ``need``."""
+        return (f"rank {self.names[0]} (reader): rank {self.names[m]} did not ask for "
+                f"{self._batches(need)} (chunk {need}): it stopped answering; it last asked for "
+                f"chunk {int(self.acks[m])}")
+
     def _batches(self, chunk: int) -> str:
         """The batches of hand-off ``chunk``, as the messages name them."""
         k = self.batches_per_chunk
@@ -231,10 +245,7 @@ class GroupBuffer:
                 self._fence()
                 v = wait_word(self.acks, m, lambda v: v >= need or failed[0] != 0, (self.asleep, 0),
                               self._fence, self._ack_addr[m], limit=self.timeout,
-                              what=lambda m=m: (f"rank {self.names[0]} (reader): rank {self.names[m]} "
-                                                f"did not ask for {self._batches(need)} (chunk "
-                                                f"{need}): it stopped answering; it last asked for "
-                                                f"chunk {int(self.acks[m])}"))
+                              what=functools.partial(self._stopped_asking, m, need))
                 if v < need:
                     self._check_failed()
                 self.waiting_on[0] = 0

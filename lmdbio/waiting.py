@@ -20,7 +20,7 @@ import errno
 import os
 import platform
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -116,7 +116,7 @@ def wait_word(arr: np.ndarray, i: int, ready: Callable[[int], bool],
             raise _timed_out(what, limit, who)
         return int(arr[i])
     deadline = None if limit is None else time.monotonic() + limit
-    addr = ctypes.c_void_p(word_address(arr, i) if addr is None else addr)
+    word = ctypes.c_void_p(word_address(arr, i) if addr is None else addr)
     tout = ctypes.byref(_TIMEOUT)
     if sleeping is not None:
         flags, j = sleeping
@@ -131,7 +131,7 @@ def wait_word(arr: np.ndarray, i: int, ready: Callable[[int], bool],
             if deadline is not None and time.monotonic() >= deadline:
                 raise _timed_out(what, limit, who)
             # Sleeps only while the word still holds v (no lost wake-up).
-            rc = _syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, ctypes.c_int32(v & 0xFFFFFFFF).value,
+            rc = _syscall(_SYS_FUTEX, word, _FUTEX_WAIT, ctypes.c_int32(v & 0xFFFFFFFF).value,
                           tout, None, 0)
             if rc != 0:
                 _check_futex(ctypes.get_errno(), "FUTEX_WAIT")
@@ -177,7 +177,7 @@ def wait_request(req, limit=_DEFAULT, what: str = "a peer did not answer", who=(
     if not wait_until(done, limit):
         try:
             req.Cancel()
-        except Exception:  # noqa: BLE001 - some requests cannot be cancelled; we leave it anyway
+        except Exception:   # some requests cannot be cancelled; we leave it anyway
             pass
         raise _timed_out(what, limit, who)
     return result[0]

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from lmdbio import metrics
+from lmdbio.lab import pagecache
 from lmdbio.lab import bench
 from lmdbio.errors import LmdbioError
 from lmdbio.lab.emulation import (COMPUTE_PRESETS, MODEL_PRESETS, TrainingEmulator,
@@ -95,7 +96,7 @@ class _CountedSource:
     def read_batch(self):
         if self.limit is not None and self.reads >= self.limit:
             return None
-        self.resident_before.append(metrics.residency(self.path))
+        self.resident_before.append(pagecache.residency(self.path))
         nbytes = len(Path(self.path).read_bytes()) if self.read else 0
         return 2, nbytes
 
@@ -129,7 +130,7 @@ def test_timed_loop_counts_batches_and_prepares_the_cache(db, comm):
     assert [r["batch"] for r in t.window(src.stats())] == [4, 5, 6, 7, 8]
 
     # Warm: the file is read once before the timed batches, whatever the warm-up left.
-    metrics.evict(path)
+    pagecache.evict(path)
     src = _CountedSource(path, read=False)
     t = time_batches(comm, src, 2, 0, cache=PageCache(comm, Storage(), db, "warm"))
     assert src.reads == 2 and t.first == 0 and src.resident_before[0] > 0.95
@@ -154,21 +155,21 @@ def test_evict_and_residency_on_a_file(tmp_path):
     f.write_bytes(os.urandom(4 << 20))
     with open(f, "rb") as fh:
         fh.read()
-    assert metrics.residency(f) > 0.9
-    metrics.evict(f)
-    assert metrics.residency(f) < 0.05
-    pages = metrics.resident_pages(f)
+    assert pagecache.residency(f) > 0.9
+    pagecache.evict(f)
+    assert pagecache.residency(f) < 0.05
+    pages = pagecache.resident_pages(f)
     assert pages.dtype == bool and len(pages) == (4 << 20) // 4096 and not pages.any()
 
 
 def test_failed_eviction_warns_loudly(db, comm, monkeypatch, capsys):
-    monkeypatch.setattr(metrics, "evict", lambda path: None)
+    monkeypatch.setattr(pagecache, "evict", lambda path: None)
     with pytest.warns(bench.EvictionWarning, match="COLD CACHE NOT COLD"):
         rows = bench.run_point(comm, db, bench.RAW, batch_size=32, iters=2, cache="cold")
     assert rows[0]["evict_ok"] is False and rows[0]["resident_fraction"] > 0.5
     assert "WARNING" in capsys.readouterr().err
     s = bench.summarize(pd.DataFrame(rows))
-    assert s["evict_ok"].iloc[0] == False  # noqa: E712 (numpy bool)
+    assert s["evict_ok"].iloc[0] == False
     assert "evict_ok=False" in bench.format_report(s)
 
 
@@ -594,7 +595,7 @@ def test_sweep_on_an_emulated_pfs_adds_model_counters(db_mid, tmp_path):
 
 def test_the_disk_probe_reads_a_scratch_file_beside_the_dataset_and_removes_it(db, tmp_path):
     from lmdbio.lab.bench.cache import DiskProbe, cold_read_bw
-    from lmdbio.metrics import resident_pages
+    from lmdbio.lab.pagecache import resident_pages
 
     home = Path(db).parent
     before = set(home.iterdir())

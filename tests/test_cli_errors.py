@@ -113,12 +113,12 @@ def test_cli_on_dev_null_says_character_device(cmd):
 
 # Root reads everything, so the check drops to `nobody` inside the child, after its imports
 # (the interpreter itself may live where nobody may not look).
-CHILD = """
+CHILD = f"""
 import os, sys
 import lmdbio.cli, lmdbio.format, lmdbio.recordindex, lmdbio.info, lmdbio.provenance
 lmdbio.cli.build_parser()
 if os.geteuid() == 0:
-    os.setgroups([]); os.setgid({uid}); os.setuid({uid})
+    os.setgroups([]); os.setgid({NOBODY}); os.setuid({NOBODY})
 if sys.argv[1] == "read_meta":
     try:
         lmdbio.format.read_meta(sys.argv[2])
@@ -126,7 +126,7 @@ if sys.argv[1] == "read_meta":
         print(type(exc).__name__, isinstance(exc, PermissionError), exc)
     sys.exit(0)
 sys.exit(lmdbio.cli.main(sys.argv[1:]))
-""".format(uid=NOBODY)
+"""
 
 
 def as_nobody(*args) -> subprocess.CompletedProcess:

@@ -36,8 +36,8 @@ from lmdbio.errors import (ConfigurationError, LmdbFormatError, LmdbioError,
 from lmdbio.provenance import load_provenance
 
 sys.path.insert(0, str(MPI_SCRIPTS))
-from stored import stored_values  # noqa: E402
-from test_provenance_forged import _swap, forge  # noqa: E402
+from stored import stored_values
+from test_provenance_forged import swap, forge
 
 ALL_VARIANTS = lmdbio.VARIANTS + lmdbio.EXTRA_VARIANTS
 ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{MPI_SCRIPTS}", "PYTHONUNBUFFERED": "1"}
@@ -227,7 +227,7 @@ def test_info_names_the_subdatabase(tmp_path, capsys):
 def _plant(db: Path, how: str) -> Path:
     """Forge db's sidecar (two records' extents swapped, digest recomputed) and plant the
     stamp that says it was checked, in a cache folder set up ``how``."""
-    forge(db, lambda idx: _swap(idx, 101, 203))
+    forge(db, lambda idx: swap(idx, 101, 203))
     fd = os.open(db / "data.mdb", os.O_RDONLY)
     try:
         bound = verified.binding("prov", fd, fmt.read_meta(fd), load_provenance(db).digest)

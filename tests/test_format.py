@@ -282,7 +282,7 @@ def test_random_bit_flips(clean, tmp_path):
     target.parent.mkdir()
     r = random.Random(f)
     errors = 0
-    for trial in range(100):
+    for _trial in range(100):
         buf = bytearray(original)
         for _ in range(r.choice([1, 1, 2, 8])):
             off = r.choice(spots)

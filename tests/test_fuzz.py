@@ -45,7 +45,7 @@ ROOT = HERE.parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from corrupt_helpers import layout, make_db, mutate  # noqa: E402
+from corrupt_helpers import layout, make_db, mutate
 
 BATCH = 32
 

@@ -54,7 +54,7 @@ def _copy(src, dst):
     return dst
 
 
-def _swap(idx, a=None, b=None):
+def swap(idx, a=None, b=None):
     a = len(idx) // 3 if a is None else a
     b = 2 * len(idx) // 3 if b is None else b
     for arr in (idx.offsets, idx.sizes):
@@ -95,7 +95,7 @@ def _count_moved(idx):
     idx.leaf_starts[2:4] -= 1
 
 
-FORGERIES = [_swap, _duplicate, _meta_page0, _meta_page1, _past_end, _shift, _wrong_size,
+FORGERIES = [swap, _duplicate, _meta_page0, _meta_page1, _past_end, _shift, _wrong_size,
              _leaves_swapped, _count_moved]
 
 
@@ -145,7 +145,7 @@ def test_an_honest_sidecar_passes_whole_and_in_shares(dbs, name):
     assert whole.pages == sum(s.pages for s in shares) == len(prov.leaf_pgnos) + meta.branch_pages
 
 
-@pytest.mark.parametrize("edit", FORGERIES, ids=lambda f: f.__name__[1:])
+@pytest.mark.parametrize("edit", FORGERIES, ids=lambda f: f.__name__.lstrip("_"))
 @pytest.mark.parametrize("name", ["cifar-0.9", "cifar-1.0", "inline", "mixed"])
 def test_a_forged_sidecar_is_caught(dbs, tmp_path, name, edit):
     path = _copy(dbs[name], tmp_path / "db")
@@ -165,7 +165,7 @@ def test_the_message_names_the_record_and_both_extents(dbs, tmp_path):
     path = _copy(dbs["cifar-0.9"], tmp_path / "db")
     idx = build_index(path)
     a, b = len(idx) // 3, 2 * len(idx) // 3
-    forge(path, _swap)
+    forge(path, swap)
     err = _verdicts(path, 1)[0]
     leaf = int(np.searchsorted(idx.leaf_starts, a, side="right")) - 1
     assert f"record {a} (node {a - int(idx.leaf_starts[leaf])} of leaf page " \
@@ -204,7 +204,7 @@ def forged_db(tmp_path_factory):
     path = make_dataset(tmp_path_factory.mktemp("forged_mpi") / "db", "cifar10", 300,
                         commit_every=100, seed=23)
     # Records inside batches and chunks: the per-chunk check of first and last records misses them.
-    forge(path, lambda idx: _swap(idx, 101, 203))
+    forge(path, lambda idx: swap(idx, 101, 203))
     return path
 
 

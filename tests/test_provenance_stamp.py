@@ -24,7 +24,7 @@ from lmdbio.datasets import make_dataset
 from lmdbio.errors import StaleProvenanceError
 from lmdbio.provenance import sidecar_path, write_provenance
 from lmdbio.verified import cache_dir
-from test_provenance_forged import _swap, forge
+from test_provenance_forged import swap, forge
 
 VARIANT = "lmdbio-lmm-dio-prov"
 
@@ -78,7 +78,7 @@ def test_every_prov_variant_uses_it(db):
 
 def test_a_sidecar_edited_after_stamping_is_checked_and_refused(db):
     assert setup_row(db)["prov_stamp"] == "written"
-    forge(db, lambda idx: _swap(idx, 101, 203))   # digest recomputed: it loads
+    forge(db, lambda idx: swap(idx, 101, 203))   # digest recomputed: it loads
     with pytest.raises(StaleProvenanceError, match="sidecar says"):
         setup_row(db)
     write_provenance(db)                          # the honest one again: same digest, stamped
@@ -137,7 +137,7 @@ def test_index_verify_pays_the_check_ahead(db, capsys):
     assert str(sidecar_path(db)) in out and "stamp written" in out
     assert setup_row(db)["prov_check_share"] == "stamp"
     # A forged sidecar that loads is refused, not stamped, and the fix is named.
-    forge(db, lambda idx: _swap(idx, 101, 203))
+    forge(db, lambda idx: swap(idx, 101, 203))
     assert main(["index", "--verify", str(db)]) == 1
     err = capsys.readouterr().err
     assert "sidecar says" in err and f"lmdbio index {db}" in err

@@ -21,7 +21,7 @@ from lmdbio.variant_table import render, tables_in
 from conftest import MPI_SCRIPTS
 
 sys.path.insert(0, str(MPI_SCRIPTS))
-from stored import stored_values  # noqa: E402
+from stored import stored_values
 
 ROOT = Path(__file__).resolve().parents[1]
 

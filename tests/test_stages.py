@@ -46,7 +46,7 @@ from conftest import MPI_SCRIPTS
 from lmdbio.topology import make_topology
 
 sys.path.insert(0, str(MPI_SCRIPTS))
-from stored import stored_values  # noqa: E402
+from stored import stored_values
 
 N = 203          # records: no batch size below divides it, so the stream wraps mid-batch
 B = 8            # global batch
@@ -477,7 +477,7 @@ class BoardComm:
         self.board, self.lock, self.rank, self.size = board, lock, rank, size
 
     @classmethod
-    def group(cls, size: int) -> list["BoardComm"]:
+    def group(cls, size: int) -> list[BoardComm]:
         board, lock = defaultdict(deque), threading.Lock()
         return [cls(board, lock, r, size) for r in range(size)]
 
@@ -513,7 +513,7 @@ def test_stagger_group_starts_only_after_the_whole_group_before_it_read(readers,
                     time.sleep(0.03 if comm.rank == group[-(t % 2)] else 0.0)
                     log.append(("end", comm.rank, t))
             st.finish()
-        except BaseException as exc:  # noqa: BLE001 - reported by the test's thread
+        except BaseException as exc:   # reported by the test's thread
             errors.append(exc)
 
     threads = [threading.Thread(target=reader, args=(c,), daemon=True)

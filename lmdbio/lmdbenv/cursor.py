@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,9 @@ class CursorWalker:
             path = where / "data.mdb" if where.is_dir() else where
         self.path = path
         self._lmdb_error = lmdb.Error
-        self.txn = self.cursor = None
+        # py-lmdb objects (untyped); None once closed.
+        self.txn: Any = None
+        self.cursor: Any = None
         self.fd = -1   # data.mdb: the size check, DM's read-ahead advice
         try:
             self.txn = env.begin(buffers=True)
@@ -109,7 +112,7 @@ class CursorWalker:
     def take(self, count: int) -> list:
         """The next ``count`` values (walking over them); the cursor ends after the last."""
         self.check_size()
-        out = []
+        out: list = []
         cur = self.cursor
         append, value, nxt, first = out.append, cur.value, cur.next, cur.first
         try:

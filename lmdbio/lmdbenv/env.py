@@ -18,6 +18,7 @@ import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import format as fmt
 from ..errors import AccessError, AlreadyOpenError, LmdbFormatError, LmdbioError, SnapshotError
@@ -46,6 +47,7 @@ def lmdb_error(exc: Exception, path, doing: str) -> LmdbioError:
 
     kinds = tuple(getattr(lmdb, n) for n in _LMDB_FORMAT_ERRORS if hasattr(lmdb, n))
     what = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    err: LmdbioError
     if isinstance(exc, kinds):
         err = LmdbFormatError(f"{path}: LMDB reports a damaged file while {doing} ({what}); "
                               f"check it with `lmdbio info {path}` and restore or rebuild the "
@@ -192,9 +194,10 @@ def _open_env(real: Path, where: str, subdir: bool, max_readers: int, check,
         keep = False
         try:
             meta = fmt.read_meta(fd, name=str(real))
-            kwargs = dict(subdir=subdir, readonly=True, create=False, readahead=True,
-                          lib_version=1 if meta.format_version == 3 else 0,
-                          max_readers=max_readers, max_spare_txns=0)
+            kwargs: dict[str, Any] = dict(
+                subdir=subdir, readonly=True, create=False, readahead=True,
+                lib_version=1 if meta.format_version == 3 else 0,
+                max_readers=max_readers, max_spare_txns=0)
             lock = lock_path(where, subdir)
             existed = os.path.exists(lock)
             before = _open_fds()

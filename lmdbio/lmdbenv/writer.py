@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import DatasetError
 
 __all__ = ["RecordWriter"]
@@ -26,7 +28,7 @@ class RecordWriter:
         self.commit_every = commit_every
         self.env = lmdb.open(self.path, map_size=map_size, subdir=True, meminit=True,
                              lib_version=1 if lmdb_format == "1.0" else 0)
-        self.txn = None
+        self.txn: Any = None   # the open write transaction (py-lmdb, untyped)
         self.in_txn = 0
 
     def put(self, key: bytes, value: bytes) -> None:

@@ -45,6 +45,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
+
 from ..batch import Batch
 from ..collective import collective
 from .. import registry
@@ -130,7 +132,7 @@ class Pipeline:
         # The chunk last handed off, and of which schedule; this rank's stream indices of its
         # batches in it (a file-order stream's, computed once per chunk).
         self._at: tuple = (None, -1)
-        self._indices = None
+        self._indices: np.ndarray | None = None
 
     # -- setup: prepare, open (inside the Reader's snapshot agreement), setup
     def prepare(self, path) -> None:
@@ -162,11 +164,16 @@ class Pipeline:
         self.epochs = self.epochs.with_block(n, batch_size, mean_size)
         return k
 
+    def agreed_stream(self) -> Stream:
+        """The stream :meth:`setup` laid out for the agreed snapshot."""
+        assert self.stream is not None, "setup() comes first"
+        return self.stream
+
     # -- epochs
     def start_epoch(self, epoch: int, t0: int, rec) -> tuple[EpochRows, EpochSchedule]:
         """Epoch ``epoch``'s rows and their schedule from batch ``t0`` (a multiple of ``k``) on.
         Collective the first time: the locator's tables are rebuilt to cover every record."""
-        base = self.stream
+        base = self.agreed_stream()
         rows = epoch_rows(self.epochs, base.n, base.batch, self.comm.size, base.k, epoch)
         schedule = base.epoch(rows.rows, t0)
         if not self._all_positions:
@@ -230,7 +237,7 @@ class Pipeline:
         ``seq``), publish them. With a window (a shuffled epoch), the fetch reads the windows
         the chunk needs and are not in memory yet (none, one or two), in this chunk's one turn."""
         t = chunk * schedule.k
-        alloc = lambda nbytes: self.distributor.reserve(seq, nbytes, t)   # noqa: E731
+        alloc = lambda nbytes: self.distributor.reserve(seq, nbytes, t)
         todo = self.window.locate(chunk, self.locator, schedule, alloc, rec)
         fetched = []
         with self.stagger.turn(rec, t):

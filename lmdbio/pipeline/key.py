@@ -24,6 +24,7 @@ class Key(Walk):
         super().__init__()
         self.keys_from = ""
         self._path = None
+        self._keys: list[bytes] = []   # this rank's keys, listed at setup
 
     def open(self, path, meta, nprocs: int) -> None:
         self._path = path
@@ -37,17 +38,18 @@ class Key(Walk):
         # As a Dataset does in __init__: list the keys (here only this rank's).
         n = schedule.n
         self._pos = schedule.touched()
-        self._keys = self._keys_from_leaves(n)
-        self.keys_from = "leaf pages" if self._keys is not None else "cursor"
-        if self._keys is None:
+        keys = self._keys_from_leaves(n)
+        self.keys_from = "leaf pages" if keys is not None else "cursor"
+        if keys is None:
             want = np.zeros(n, dtype=bool)
             want[self._pos] = True
-            self._keys = self.walker.keys_where(want)
+            keys = self.cursor().keys_where(want)
+        self._keys = keys
         if len(self._keys) != len(self._pos):
             raise SnapshotError(f"{self._path}: found {len(self._keys)} of this rank's "
                                 f"{len(self._pos)} keys in the snapshot; the database changed",
                                 expected=len(self._pos), found=len(self._keys))
-        self._get = self.walker.getter()
+        self._get = self.cursor().getter()
         row["keys_listed"] = len(self._keys)
 
     def _keys_from_leaves(self, n: int) -> list[bytes] | None:
@@ -56,7 +58,7 @@ class Key(Walk):
         committed since): the cursor lists them then."""
         try:
             idx = build_index(self._path)
-            if idx.txnid != self.walker.txnid() or len(idx) != n:
+            if idx.txnid != self.cursor().txnid() or len(idx) != n:
                 return None
             # Our read transaction pins this version's pages, so the walk was safe.
             keys = idx.keys(0, n)
@@ -70,4 +72,4 @@ class Key(Walk):
             idx = np.searchsorted(self._pos, schedule.chunk_positions(chunk)).tolist()
             keys = [self._keys[i] for i in idx]
         get = self._get
-        return Views(self.walker.check_size, lookup=lambda: [get(k) for k in keys])
+        return Views(self.cursor().check_size, lookup=lambda: [get(k) for k in keys])

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import ConfigurationError, LmdbioError
 
@@ -61,9 +62,10 @@ class Prefetch:
         for t in range(start, stop):
             if self._stop.is_set() or t >= self._limit:
                 return
+            item: tuple[int, Any, BaseException | None]
             try:
                 item = (t, read(t), None)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            except BaseException as exc:   # handed to the caller's thread
                 item = (t, None, exc)
             self.read_to = t + 1
             while not self._stop.is_set():

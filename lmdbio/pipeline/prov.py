@@ -21,7 +21,7 @@ import numpy as np
 
 from ..collective import collective
 from ..errors import LmdbioError, ProvenanceError
-from ..provenance import load_provenance, verify_shares, write_provenance
+from ..provenance import Provenance, load_provenance, verify_shares, write_provenance
 from .index import Table
 
 __all__ = ["Prov", "ProvOrIndex"]
@@ -37,11 +37,11 @@ class Prov(Table):
     def __init__(self, build: bool = False):
         super().__init__()
         self.build = build
-        self.prov = None
+        self.prov: Provenance | None = None   # the sidecar, from open() to close()
         self.fd = -1
 
     @classmethod
-    def from_options(cls, options, build_provenance: bool = False) -> "Prov":
+    def from_options(cls, options, build_provenance: bool = False) -> Prov:
         return cls(build_provenance)
 
     def prepare(self, comm, path) -> None:
@@ -63,7 +63,12 @@ class Prov(Table):
         self.fd = os.open(path, os.O_RDONLY)
         self.prov = self.load()
 
-    def load(self):
+    def sidecar(self) -> Provenance:
+        """The sidecar open() loaded."""
+        assert self.prov is not None, "the sidecar is loaded by open()"
+        return self.prov
+
+    def load(self) -> Provenance | None:
         prov = load_provenance(self.path)
         self.snapshot.check(prov.txnid)
         return prov
@@ -82,14 +87,15 @@ class Prov(Table):
     def fill(self, schedule) -> None:
         """The table of this reader's records of ``schedule``, from the sidecar."""
         self._pos = schedule.touched()
-        offs, sizes = self.prov.extents(0, schedule.n)
+        offs, sizes = self.sidecar().extents(0, schedule.n)
         self._off = offs[self._pos].astype(np.int64)
         self._size = sizes[self._pos].astype(np.int64)
 
     def verify_ends(self, first: int, last: int) -> None:
         """The sidecar still describes the file at these two records (one leaf pread each)."""
-        self.prov.verify(self.fd, first, 1)
-        self.prov.verify(self.fd, last, 1)
+        prov = self.sidecar()
+        prov.verify(self.fd, first, 1)
+        prov.verify(self.fd, last, 1)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -106,7 +112,7 @@ class ProvOrIndex(Prov):
     name = "prov-or-index"
 
     @classmethod
-    def from_options(cls, options, build_provenance: bool = False) -> "ProvOrIndex":
+    def from_options(cls, options, build_provenance: bool = False) -> ProvOrIndex:
         return cls()   # it never writes a sidecar: without a current one it reads the index
 
     def __init__(self):

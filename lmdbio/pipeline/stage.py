@@ -9,8 +9,9 @@ Each stage class is registered once, with what it provides and needs, in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,10 @@ class Views:
 
     def take(self) -> list:
         self.guard()
-        return self.values if self.lookup is None else self.lookup()
+        if self.lookup is not None:
+            return self.lookup()
+        assert self.values is not None, "Views without values need a lookup"
+        return self.values
 
 
 @dataclass
@@ -73,7 +77,7 @@ class Locator:
     locked: bool | None = None
 
     @classmethod
-    def from_options(cls, options, build_provenance: bool = False) -> "Locator":
+    def from_options(cls, options, build_provenance: bool = False) -> Locator:
         return cls()
 
     def prepare(self, comm, path) -> None:
@@ -143,6 +147,15 @@ class Distributor:
     #: Pipeline before :meth:`setup`: depth + 1, or 0 without prefetch); the buffers must
     #: keep that many more chunks valid.
     ahead = 0
+    #: The communicator of the ranks that read into these buffers (None on a rank that does
+    #: not read), and the records of each batch they read: ``count`` from position ``lo``.
+    readers: Any
+    lo: int
+    count: int
+
+    def __init__(self, comm, topology, per_rank: int) -> None:
+        """This rank's buffers on ``comm``, ``per_rank`` records of each batch per rank."""
+        raise NotImplementedError
 
     def setup(self, stream, capacity: int) -> None:
         """Allocate the buffers for ``stream``'s chunks (its ``count * k`` records, at most

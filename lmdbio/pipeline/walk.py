@@ -8,7 +8,7 @@ record: the cost DM's ring removes.
 from __future__ import annotations
 
 from ..recordindex import check_tree
-from ..lmdbenv import CursorWalker, acquire
+from ..lmdbenv import CursorWalker, EnvHandle, acquire
 from .stage import Locator, Views
 
 __all__ = ["Walk"]
@@ -19,9 +19,9 @@ class Walk(Locator):
 
     name = "walk"
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.walker: CursorWalker | None = None
-        self._handle = None
+        self._handle: EnvHandle | None = None
 
     def open(self, path, meta, nprocs: int) -> None:
         # Caffe's settings: read-only map with readahead, and a slot in the lock
@@ -33,6 +33,11 @@ class Walk(Locator):
         self.locked = self._handle.locked
         self.walker = CursorWalker(self._handle.env, meta.entries)
 
+    def cursor(self) -> CursorWalker:
+        """The walker open() made."""
+        assert self.walker is not None, "the walker is made by open()"
+        return self.walker
+
     def snapshot_id(self) -> tuple[int, int] | None:
         return self.walker.snapshot_id() if self.walker is not None else None
 
@@ -42,7 +47,7 @@ class Walk(Locator):
 
     def locate(self, chunk: int, schedule, rec) -> Views:
         t = chunk * schedule.k
-        w = self.walker
+        w = self.cursor()
         with rec.phase("locate", t) as row:
             w0 = w.walked
             values = w.take_runs(schedule.runs(chunk))

@@ -33,7 +33,7 @@ try:
     with lmdbio.Reader(db, 4 * comm.size, comm, variant=variant, on_error="raise") as r:
         t0 = time.monotonic()
         for e in range(2):
-            for i, b in enumerate(r.epoch(e)):
+            for i, _b in enumerate(r.epoch(e)):
                 if rank == 1 and i == 2:
                     raise Mistake("a mistake in the training step")
         say(rank, f"rank {rank}: finished after {time.monotonic() - t0:.1f} s")

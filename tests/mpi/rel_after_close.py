@@ -42,7 +42,7 @@ try:
 except lmdbio.LmdbioError:
     pass
 # The windows those batches viewed are freed by a later close() once no view is left.
-import lmdbio.shm as shm  # noqa: E402
+import lmdbio.shm as shm
 
 parked_before = sum(len(v) for v in shm._REUSABLE.values())
 del kept, view, arr, b

@@ -67,7 +67,7 @@ if mode in ("all-same", "kbint", "lone", "lone-stuck", "stop-early"):
 elif mode in ("exit-early", "close-missing"):
     r = lmdbio.Reader(db, B, comm, variant=variant, on_error="raise")
     try:
-        for t in range(3 if rank == 1 or mode == "close-missing" else 200):
+        for _ in range(3 if rank == 1 or mode == "close-missing" else 200):
             r.read_batch()
     except LmdbioError as exc:
         say(f"read_batch raised {type(exc).__name__}: {exc}")

@@ -29,14 +29,14 @@ for variant in variants:
     result = "no error"
     try:
         with lmdbio.Reader(db, B, comm, variant=variant, on_error="raise") as r:
-            for t in range(2):
+            for _ in range(2):
                 r.read_batch()
             comm.Barrier()
             if comm.rank == 0:
                 f = os.path.join(db, "data.mdb")
                 os.truncate(f, os.path.getsize(f) // 3)
             comm.Barrier()
-            for t in range(2, 40):
+            for _ in range(2, 40):
                 r.read_batch()
     except LmdbioError as exc:
         result = f"caught {type(exc).__name__}: {' '.join(str(exc).split())}"
