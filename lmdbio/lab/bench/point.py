@@ -8,8 +8,8 @@ import socket
 import sys
 import time
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
@@ -147,10 +147,49 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
         ``setup_s``, ``first_batch_s``, ``records``, ``record_bytes``,
         resident fractions, ``evict_ok``, ``variant_used``, ``status``, ``error``).
     """
-    from mpi4py import MPI
+    _check_point(comm, variant, batch_size, iters, warmup, cache, exclude_steps)
+    compute_time = parse_compute_time(compute_time)
+    model_bytes = parse_model_bytes(model_bytes)
+    storage = storage or Storage()
+    offsets, sizes, page_cache = _prepared_cache(comm, dataset, variant, batch_size, cache, storage,
+                                                 warmup + iters)
+    polite_barrier(comm)
+    t_setup = time.monotonic()
+    with _open_source(comm, dataset, page_cache.path, variant, batch_size, iters, warmup, offsets,
+                      sizes, ranks_per_node, readers_per_node, measure, storage) as source, \
+            TrainingEmulator(comm, compute_time, model_bytes) as emulator:
+        setup_s = time.monotonic() - t_setup
+        used = {"variant_used": str(getattr(source, "variant", variant)),
+                "variant_reason": str(getattr(source, "auto_reason", "") or "")}
+        is_reader = bool(source.is_reader)
+        timing = time_batches(comm, source, iters, warmup, cache=page_cache, storage=storage,
+                              train=emulator.step)
+        stats = source.stats()
+    mine = _rank_rows(comm, stats, timing, iters, setup_s, exclude_steps, is_reader)
+    results, counters = _point_results(comm, timing, setup_s, page_cache)
+    gathered = comm.gather(mine, root=0)
+    if comm.rank != 0:
+        return []
+    point = {
+        "dataset": str(dataset), "dataset_name": _dataset_name(dataset),
+        "variant": variant, "nprocs": comm.size, "cache": cache, "batch_size": batch_size,
+        "iters": iters, "warmup": warmup, "compute_time": compute_time, "model_bytes": model_bytes,
+        "ranks_per_node": ranks_per_node or 0, "readers_per_node": readers_per_node,
+        "storage": storage.spec, "repeat": repeat, **results,
+        "evict_ok": _cold_enough(page_cache, evict_tolerance, variant), **used,
+        "status": "ok", "error": "", **counters,
+    }
+    return [{**r, **point} for rank_rows in gathered for r in rank_rows]
 
-    from lmdbio.format import db_file
 
+def _dataset_name(dataset) -> str:
+    """The dataset's folder name (also where ``dataset`` names its data.mdb)."""
+    path = Path(dataset)
+    return path.parent.name if path.name == "data.mdb" else path.name
+
+
+def _check_point(comm, variant: str, batch_size, iters, warmup, cache, exclude_steps) -> None:
+    """:func:`run_point`'s arguments, each checked, with what to give instead."""
     if not isinstance(batch_size, int) or batch_size <= 0:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     if batch_size % comm.size:
@@ -167,16 +206,19 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
     if variant != RAW and variant != "auto" and variant not in variant_names():
         raise ValueError(f"unknown variant {variant!r}; use one of {', '.join(variant_names())}, "
                          f"'auto' or {RAW!r}")
-    compute_time = parse_compute_time(compute_time)
-    model_bytes = parse_model_bytes(model_bytes)
-    storage = storage or Storage()
-    path = db_file(dataset)  # LmdbioError when missing
 
+
+def _prepared_cache(comm, dataset, variant: str, batch_size: int, cache: str, storage: Storage,
+                    batches: int) -> tuple[np.ndarray, np.ndarray, PageCache]:
+    """The records' offsets and sizes, and the page cache made ``cache`` for ``batches`` batches
+    (and a few dozen more, for the longest coalescing). Collective."""
+    from lmdbio.format import db_file
+    from lmdbio.recordindex import build_index
+
+    path = db_file(dataset)  # LmdbioError when missing
     # The record index (of the source file, never through an emulated PFS) gives
     # raw its extents and tells which pages the batches touch. It is built
     # before the cache is prepared, so it leaves nothing warm on a cold point.
-    from lmdbio.recordindex import build_index
-
     ix = build_index(path) if comm.rank == 0 else None
     offsets = comm.bcast(ix.offsets if ix is not None else None, root=0)
     sizes = comm.bcast(ix.sizes if ix is not None else None, root=0)
@@ -197,28 +239,15 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
         from lmdbio.recordindex import check_tree
 
         collective(comm, lambda: check_tree(my_file) if page_cache.leader else None)
-    # Longest coalescing any variant uses is a few dozen batches: prepare enough.
-    page_cache.prepare(0, warmup + iters + 64)
+    page_cache.prepare(0, batches + 64)
+    return offsets, sizes, page_cache
 
-    polite_barrier(comm)
-    t_setup = time.monotonic()
-    with _open_source(comm, dataset, my_file, variant, batch_size, iters, warmup, offsets, sizes,
-                      ranks_per_node, readers_per_node, measure, storage) as source, \
-            TrainingEmulator(comm, compute_time, model_bytes) as emulator:
-        setup_s = time.monotonic() - t_setup
-        variant_used = str(getattr(source, "variant", variant))
-        variant_reason = str(getattr(source, "auto_reason", "") or "")
-        is_reader = bool(source.is_reader)
-        timing = time_batches(comm, source, iters, warmup, cache=page_cache, storage=storage,
-                              train=emulator.step)
-        stats = source.stats()
+
+def _rank_rows(comm, stats: list[dict], timing, iters: int, setup_s: float, exclude_steps: int,
+               is_reader: bool) -> list[dict]:
+    """This rank's rows: the reader's phases (setup, timed window) and the benchmark's steps."""
     setup = [r for r in stats if r.get("phase") == "setup"]
     reader_rows = _aggregate(setup, "setup") + _aggregate(timing.window(stats), "reader")
-    warm_eff, k = timing.first, timing.coalesce
-    resident, file_resident = page_cache.resident, page_cache.file_resident
-    start_resident = timing.start_resident[0]
-    counters0, counters1 = timing.counters
-    records, nbytes, wall = timing.records, timing.nbytes, timing.wall
     total = timing.total
     step_rows = [
         {"level": "step", "phase": "io", "n": iters, "wall_s": timing.read_s},
@@ -228,7 +257,7 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
         {"level": "step", "phase": "total", "n": iters, **{c: total[c] for c in _TOTAL_COLUMNS},
          **timing.training_window(exclude_steps)},
         {"level": "setup", "phase": "construct", "n": 1, "wall_s": setup_s},
-        {"level": "setup", "phase": "warmup", "n": warm_eff, "wall_s": timing.warmup_s},
+        {"level": "setup", "phase": "warmup", "n": timing.first, "wall_s": timing.warmup_s},
     ]
     host = socket.gethostname()
     mine = []
@@ -236,46 +265,40 @@ def run_point(comm, dataset, variant: str, batch_size: int, iters: int, cache: s
         r = {k: _plain(v) for k, v in r.items()}
         r.update(rank=comm.rank, is_reader=is_reader, host=host)
         mine.append(r)
+    return mine
 
-    point_wall = comm.allreduce(wall, op=MPI.MAX)
-    setup_max = comm.allreduce(setup_s, op=MPI.MAX)
-    first_batch = comm.allreduce(setup_s + timing.first_read_s, op=MPI.MAX)
-    total_records = comm.allreduce(records)
-    total_bytes = comm.allreduce(nbytes)
-    gathered = comm.gather(mine, root=0)
-    if comm.rank != 0:
-        return []
 
-    evict_ok = True
-    if cache == "cold":
-        evict_ok = bool(resident <= evict_tolerance)
-        if not evict_ok:
-            msg = (f"COLD CACHE NOT COLD: after evicting {my_file}, {resident:.1%} of the point's "
-                   f"data (file: {file_resident:.1%}) is still in the page cache (tolerance "
-                   f"{evict_tolerance:.0%}); the {variant} point measures a partly warm cache. "
-                   "Pages another program keeps mapped cannot be evicted.")
-            print(f"lmdbio bench: WARNING: {msg}", file=sys.stderr, flush=True)
-            warnings.warn(msg, EvictionWarning, stacklevel=2)
+def _point_results(comm, timing, setup_s: float, page_cache: PageCache) -> tuple[dict, dict]:
+    """The point's results over all ranks (slowest wall, total records and bytes, residency),
+    and the storage counters over its timed batches. Collective."""
+    from mpi4py import MPI
+
     from .settings import counter_delta
 
-    name = Path(dataset).name
-    point = {
-        "dataset": str(dataset), "dataset_name": name if name != "data.mdb" else Path(dataset).parent.name,
-        "variant": variant, "nprocs": comm.size, "cache": cache, "batch_size": batch_size,
-        "iters": iters, "warmup": warmup, "compute_time": compute_time, "model_bytes": model_bytes,
-        "ranks_per_node": ranks_per_node or 0, "readers_per_node": readers_per_node,
-        "storage": storage.spec, "repeat": repeat,
-        "point_wall_s": point_wall, "setup_s": setup_max, "first_batch_s": first_batch,
-        "warmup_batches": warm_eff, "coalesce": k,
-        "records": total_records, "record_bytes": total_bytes,
-        "resident_fraction": resident, "file_resident_fraction": file_resident,
-        "start_resident_fraction": start_resident, "evict_ok": evict_ok,
-        "variant_used": variant_used, "variant_reason": variant_reason,
-        "status": "ok", "error": "",
-        **counter_delta(counters0, counters1),
+    results = {
+        "point_wall_s": comm.allreduce(timing.wall, op=MPI.MAX),
+        "setup_s": comm.allreduce(setup_s, op=MPI.MAX),
+        "first_batch_s": comm.allreduce(setup_s + timing.first_read_s, op=MPI.MAX),
+        "warmup_batches": timing.first, "coalesce": timing.coalesce,
+        "records": comm.allreduce(timing.records), "record_bytes": comm.allreduce(timing.nbytes),
+        "resident_fraction": page_cache.resident, "file_resident_fraction": page_cache.file_resident,
+        "start_resident_fraction": timing.start_resident[0],
     }
-    rows = []
-    for rank_rows in gathered:
-        for r in rank_rows:
-            rows.append({**r, **point})
-    return rows
+    return results, counter_delta(*timing.counters)
+
+
+def _cold_enough(page_cache: PageCache, evict_tolerance: float, variant: str) -> bool:
+    """Whether a cold point started cold (at most ``evict_tolerance`` of its data resident); warns
+    when it did not. A warm point is always True."""
+    if page_cache.state != "cold":
+        return True
+    resident = page_cache.resident
+    if resident <= evict_tolerance:
+        return True
+    msg = (f"COLD CACHE NOT COLD: after evicting {page_cache.path}, {resident:.1%} of the point's "
+           f"data (file: {page_cache.file_resident:.1%}) is still in the page cache (tolerance "
+           f"{evict_tolerance:.0%}); the {variant} point measures a partly warm cache. "
+           "Pages another program keeps mapped cannot be evicted.")
+    print(f"lmdbio bench: WARNING: {msg}", file=sys.stderr, flush=True)
+    warnings.warn(msg, EvictionWarning, stacklevel=3)
+    return False

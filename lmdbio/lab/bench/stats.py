@@ -100,46 +100,7 @@ def summarize(points_df):
             row["error"] = str(failed.iloc[0].get("error", ""))
             out.append(row)
             continue
-        wall = float(first["point_wall_s"])
-        total = g[(g["level"] == "step") & (g["phase"] == "total")]
-        nranks = max(1, len(total))
-
-        def ssum(level, phases):
-            m = (g["level"] == level) & g["phase"].isin(phases)
-            return float(g.loc[m, "wall_s"].sum())
-
-        reader_wait = ssum("reader", _WAIT_PHASES)
-        rec_bytes = float(first["record_bytes"])
-        cpu = float((total["user_s"].fillna(0) + total["sys_s"].fillna(0)).sum())
-        setup = float(first.get("setup_s", math.nan))
-        row.update(
-            status="ok", error="", wall_s=wall, records=int(first["records"]),
-            record_bytes=int(rec_bytes),
-            records_per_s=first["records"] / wall if wall > 0 else math.nan,
-            mb_per_s=rec_bytes / wall / 1e6 if wall > 0 else math.nan,
-            cpu_s=cpu, cpu_s_per_gb=cpu / (rec_bytes / 1e9) if rec_bytes else math.nan,
-            read_s=(ssum("step", ["io"]) - reader_wait) / nranks,
-            compute_s=ssum("step", ["compute"]) / nranks,
-            comm_s=ssum("step", ["comm"]) / nranks,
-            wait_s=(reader_wait + ssum("step", ["barrier"])) / nranks,
-            setup_s=setup, first_batch_s=float(first.get("first_batch_s", math.nan)),
-            epoch_records_per_s=first["records"] / (setup + wall) if setup + wall > 0 else math.nan,
-        )
-        for col in ("resident_fraction", "file_resident_fraction", "start_resident_fraction",
-                    "pfs_requests", "pfs_bytes", "pfs_mean_request_bytes", "pfs_queue_wait_s",
-                    "pfs_pieces", "pfs_seeks", "disk_probe_bw"):
-            row[col] = first.get(col, math.nan)
-        row["evict_ok"] = first.get("evict_ok", True)
-        row.update(_prov_check(g), prov_verify_s=first.get("prov_verify_s", math.nan))
-        row["variant_used"] = first.get("variant_used", row["variant"])
-        reason = first.get("variant_reason", "")
-        row["variant_reason"] = "" if isinstance(reason, float) else reason
-        row["au"] = row["compute_s"] / wall if wall > 0 else math.nan
-        row.update(_training_loop(total))
-        row["compute_step_s"] = (float(row["compute_time"]) * float(row["batch_size"])
-                                 / float(row["nprocs"]))
-        for col in MEMORY_COLUMNS:
-            row[col] = float(total[col].max()) if col in total else math.nan
+        _fill_ok_row(row, g)
         out.append(row)
     summary = pd.DataFrame(out)
     for col in SUMMARY_COLUMNS:
@@ -149,6 +110,51 @@ def summarize(points_df):
                      (RAW, "fraction_of_limit")):
         summary[col] = ratio_of_medians(summary, ref).to_numpy()
     return summary[list(SUMMARY_COLUMNS)]
+
+
+def _fill_ok_row(row: dict, g) -> None:
+    """The columns of a point x repeat that ran (:func:`summarize`), from its rows ``g``."""
+    first = g.iloc[0]
+    wall = float(first["point_wall_s"])
+    total = g[(g["level"] == "step") & (g["phase"] == "total")]
+    nranks = max(1, len(total))
+
+    def ssum(level, phases):
+        m = (g["level"] == level) & g["phase"].isin(phases)
+        return float(g.loc[m, "wall_s"].sum())
+
+    reader_wait = ssum("reader", _WAIT_PHASES)
+    rec_bytes = float(first["record_bytes"])
+    cpu = float((total["user_s"].fillna(0) + total["sys_s"].fillna(0)).sum())
+    setup = float(first.get("setup_s", math.nan))
+    row.update(
+        status="ok", error="", wall_s=wall, records=int(first["records"]),
+        record_bytes=int(rec_bytes),
+        records_per_s=first["records"] / wall if wall > 0 else math.nan,
+        mb_per_s=rec_bytes / wall / 1e6 if wall > 0 else math.nan,
+        cpu_s=cpu, cpu_s_per_gb=cpu / (rec_bytes / 1e9) if rec_bytes else math.nan,
+        read_s=(ssum("step", ["io"]) - reader_wait) / nranks,
+        compute_s=ssum("step", ["compute"]) / nranks,
+        comm_s=ssum("step", ["comm"]) / nranks,
+        wait_s=(reader_wait + ssum("step", ["barrier"])) / nranks,
+        setup_s=setup, first_batch_s=float(first.get("first_batch_s", math.nan)),
+        epoch_records_per_s=first["records"] / (setup + wall) if setup + wall > 0 else math.nan,
+    )
+    for col in ("resident_fraction", "file_resident_fraction", "start_resident_fraction",
+                "pfs_requests", "pfs_bytes", "pfs_mean_request_bytes", "pfs_queue_wait_s",
+                "pfs_pieces", "pfs_seeks", "disk_probe_bw"):
+        row[col] = first.get(col, math.nan)
+    row["evict_ok"] = first.get("evict_ok", True)
+    row.update(_prov_check(g), prov_verify_s=first.get("prov_verify_s", math.nan))
+    row["variant_used"] = first.get("variant_used", row["variant"])
+    reason = first.get("variant_reason", "")
+    row["variant_reason"] = "" if isinstance(reason, float) else reason
+    row["au"] = row["compute_s"] / wall if wall > 0 else math.nan
+    row.update(_training_loop(total))
+    row["compute_step_s"] = (float(row["compute_time"]) * float(row["batch_size"])
+                             / float(row["nprocs"]))
+    for col in MEMORY_COLUMNS:
+        row[col] = float(total[col].max()) if col in total else math.nan
 
 
 def _training_loop(total) -> dict:
@@ -235,7 +241,8 @@ def targets(summary):
         if cand.empty:
             continue
         by = g.set_index("variant")
-        ref = lambda v, col: float(by.loc[v, col]) if v in by.index else math.nan  # noqa: E731
+        def ref(v, col, by=by):
+            return float(by.loc[v, col]) if v in by.index else math.nan
         best = cand.loc[cand["records_per_s"].idxmax()]
         out.append({**dict(zip(keys, key)), "best_variant": best["variant"],
                     "records_per_s": best["records_per_s"],

@@ -11,8 +11,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..cluster import mpich_segments, mpiexec, remove_orphan_segments
 from .cache import DiskProbe
@@ -211,10 +212,7 @@ def run_sweep(points: Sequence[dict], out_dir, *, repeats: int = 1, timeout: flo
             DiskProbe() as probe:
         tmp = Path(tmp)
         if mounts:   # the storage model the sweep ran on, with its sources, in meta.json
-            st = next(iter(mounts.values()))[0].stats()
-            config["pfs"] = {"kind": st.get("kind", "pfs"), "profile": st.get("profile"),
-                             "kernel": st.get("kernel"),
-                             "nodes": st.get("nodes"), "mounts": sorted({m.mnt for m, _ in mounts.values()})}
+            config["pfs"] = _pfs_config(mounts)
         # PROV as a user runs it once the dataset is prepared: its sidecar checked and stamped
         # once, untimed (`lmdbio index --verify`); the cost is the rows' prov_verify_s.
         ahead = verify_provenance_ahead(points)
@@ -226,36 +224,11 @@ def run_sweep(points: Sequence[dict], out_dir, *, repeats: int = 1, timeout: flo
                 for pt in points:
                     bar.set_description(f"{Path(pt['dataset']).name} {pt['cache']} "
                                         f"P={pt['nprocs']} {pt['variant']} r{rep}")
-                    mount = mounts.get(pt["dataset"])
-                    before = {}
-                    if mount is not None:
-                        m, rel = mount
-                        if pt["cache"] == "cold" and hasattr(m, "evict"):
-                            for node in range(_pfs_nodes(points)):
-                                m.evict(node, rel)
-                        before = pfs_counters(m.stats())
-                    disk_bw = None
-                    if pt["cache"] == "cold" and str(pt.get("storage") or "local") == "local":
-                        # What the disk gives now (it drifts): the model's same-sitting disk_bw.
-                        disk_bw = probe.measure(pt["dataset"])
-                    got, stderr = run_point_subprocess(pt, rep, tmp, timeout, measure, mpiexec_args)
-                    if disk_bw is not None:
-                        for r in got:
-                            r["disk_probe_bw"] = disk_bw
-                    if mount is not None and got and "pfs_requests" not in got[0]:
-                        # The model's counters over the whole point (setup and warmup too).
-                        span = counter_delta(before, pfs_counters(mount[0].stats()))
-                        for r in got:
-                            r.update(span, pfs_counters_span="point")
-                    if got and got[0].get("status") == "failed":
-                        failed += 1
-                        bar.write(f"lmdbio bench: point FAILED ({pt['variant']}, P={pt['nprocs']}, "
-                                  f"{pt['cache']}): {_tail(got[0]['error'], 3)}", file=sys.stderr)
-                    elif got and got[0].get("evict_ok") is False:
-                        cold_warm += 1
-                        bar.write(f"lmdbio bench: WARNING: eviction did not work for {pt['variant']} "
-                                  f"P={pt['nprocs']}: {got[0].get('resident_fraction', float('nan')):.1%} "
-                                  "of the timed data was still cached", file=sys.stderr)
+                    got = _run_once(pt, rep, mounts.get(pt["dataset"]), _pfs_nodes(points), probe,
+                                    (tmp, timeout, measure, mpiexec_args))
+                    failed_now, warm_now = _report_point(bar, pt, got)
+                    failed += failed_now
+                    cold_warm += warm_now
                     rows.extend(with_prov_verify(got, ahead))
                     write_results(out_dir, rows, config)
                     bar.update(1)
@@ -268,6 +241,58 @@ def run_sweep(points: Sequence[dict], out_dir, *, repeats: int = 1, timeout: flo
         print(f"lmdbio bench: WARNING: {cold_warm} cold point(s) were not cold (evict_ok=False)",
               file=sys.stderr)
     return read_summary(out_dir)
+
+
+def _pfs_config(mounts: dict) -> dict:
+    """The emulated PFS a sweep ran on, for ``meta.json``."""
+    st = next(iter(mounts.values()))[0].stats()
+    return {"kind": st.get("kind", "pfs"), "profile": st.get("profile"), "kernel": st.get("kernel"),
+            "nodes": st.get("nodes"), "mounts": sorted({m.mnt for m, _ in mounts.values()})}
+
+
+def _run_once(pt: dict, rep: int, mount, nodes: int, probe, run_args: tuple) -> list[dict]:
+    """Repeat ``rep`` of point ``pt`` in its own mpiexec: its PFS node views evicted where cold,
+    the disk probed, the model's counters over the point joined to its rows.
+
+    ``mount`` is ``(mount, relpath)`` of the point's dataset (or None); ``run_args`` is
+    :func:`run_point_subprocess`'s ``(tmp, timeout, measure, mpiexec_args)``.
+    """
+    before = {}
+    if mount is not None:
+        m, rel = mount
+        if pt["cache"] == "cold" and hasattr(m, "evict"):
+            for node in range(nodes):
+                m.evict(node, rel)
+        before = pfs_counters(m.stats())
+    disk_bw = None
+    if pt["cache"] == "cold" and str(pt.get("storage") or "local") == "local":
+        # What the disk gives now (it drifts): the model's same-sitting disk_bw.
+        disk_bw = probe.measure(pt["dataset"])
+    got, _stderr = run_point_subprocess(pt, rep, *run_args)
+    if disk_bw is not None:
+        for r in got:
+            r["disk_probe_bw"] = disk_bw
+    if mount is not None and got and "pfs_requests" not in got[0]:
+        # The model's counters over the whole point (setup and warmup too).
+        span = counter_delta(before, pfs_counters(mount[0].stats()))
+        for r in got:
+            r.update(span, pfs_counters_span="point")
+    return got
+
+
+def _report_point(bar, pt: dict, got: list[dict]) -> tuple[int, int]:
+    """A line under the progress bar for a failed point or a cold one that was not cold;
+    returns (failed, not cold) as 0 or 1."""
+    if got and got[0].get("status") == "failed":
+        bar.write(f"lmdbio bench: point FAILED ({pt['variant']}, P={pt['nprocs']}, "
+                  f"{pt['cache']}): {_tail(got[0]['error'], 3)}", file=sys.stderr)
+        return 1, 0
+    if got and got[0].get("evict_ok") is False:
+        bar.write(f"lmdbio bench: WARNING: eviction did not work for {pt['variant']} "
+                  f"P={pt['nprocs']}: {got[0].get('resident_fraction', float('nan')):.1%} "
+                  "of the timed data was still cached", file=sys.stderr)
+        return 0, 1
+    return 0, 0
 
 
 def write_results(out_dir, rows: Sequence[dict], config: dict) -> dict[str, Path]:

@@ -42,7 +42,7 @@ Modules: :mod:`~lmdbio.lab.cluster.mpicluster` (MPICluster),
 :mod:`~lmdbio.lab.cluster.slurm` (Slurm settings), :mod:`~lmdbio.lab.cluster.launcher`
 (ipyparallel's Slurm launcher as one MPI world), :mod:`~lmdbio.lab.cluster.watchdog`
 (engines end with their client), :mod:`~lmdbio.lab.cluster.engines` (mpiexec,
-engine records, MPICH segments).
+engine records, MPICH segments), :mod:`~lmdbio.lab.cluster.stopping` (how a cluster ends).
 """
 
 from __future__ import annotations

@@ -6,25 +6,28 @@ import json
 import logging
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from lmdbio.errors import ConfigurationError, LmdbioError
-from ..procs import pid_alive
 from ..scales import cluster_kind
 from . import shared, slurm, watchdog
 from .engines import ENGINE_ENV, boot_id, engine_process, mpiexec, shm_files
+from .stopping import (one_line_output, quiet_launcher_output, remove_files, shutdown_engines,
+                       stop_launchers)
 
 __all__ = ["MPICluster", "EngineFailure", "run_on_engines", "shared_cluster"]
 
 _ENGINE_KINDS = ("mpi", "slurm")
+
+#: The log filter's name before it moved to :mod:`~lmdbio.lab.cluster.stopping` (tests use it).
+_one_line_output = one_line_output
 
 #: The controller pings engines every second (ipyparallel's default: 3 s). An engine counts as
 #: registered only after its first answered ping, so the period was most of a cluster's start:
@@ -136,7 +139,7 @@ class MPICluster:
         return cfg
 
     # lifecycle
-    def start(self) -> "MPICluster":
+    def start(self) -> MPICluster:
         """Start controller and engines, wait until all ``n`` registered, order engines by MPI rank."""
         import ipyparallel as ipp
 
@@ -158,7 +161,7 @@ class MPICluster:
             kwargs.update(controller_ip="*", controller_location=socket.gethostname())
         kwargs.update(self._cluster_kwargs)
         self.cluster = ipp.Cluster(**kwargs)
-        self._quiet_launcher_output()
+        quiet_launcher_output(self.cluster)
         t0 = time.monotonic()
         cwd = os.getcwd()
         try:
@@ -229,18 +232,7 @@ class MPICluster:
         except (OSError, ValueError, KeyError) as exc:
             left.append(f"the notebook run's cluster {desc['cluster_id']} ({type(exc).__name__}: {exc})")
             return
-        self._quiet_launcher_output()
-
-    def _quiet_launcher_output(self) -> None:
-        """Launchers that end with a non-zero code are reported in one line, not with their log.
-
-        ipyparallel logs the last 100 lines of mpiexec's output when it ends with a
-        non-zero code, which happens on its own event-loop thread, at any time
-        after the engines were asked to leave. In a notebook that log lands in the cell.
-        """
-        log = getattr(self.cluster, "log", None)
-        if log is not None and log.name.endswith(str(self.cluster.cluster_id)):
-            log.addFilter(_one_line_output)
+        quiet_launcher_output(self.cluster)
 
     def _local_engine_pids(self) -> list[int]:
         boot = boot_id()
@@ -266,22 +258,17 @@ class MPICluster:
             try:
                 if self.client is not None:
                     try:
-                        self._shutdown_engines(pids, grace)
+                        shutdown_engines(self.client, self.engine_ids, pids, grace)
                     finally:
                         self._close_client()
             finally:
                 if self.cluster is not None:
-                    self._stop_launchers(grace, left)
+                    try:
+                        stop_launchers(self.cluster, grace, left)
+                    finally:
+                        self.cluster = None
         finally:
-            self.removed_shm = []
-            for f in sorted(shm):
-                try:
-                    os.unlink(f)
-                    self.removed_shm.append(f)
-                except FileNotFoundError:  # finalized and removed by MPICH itself
-                    pass
-                except OSError as exc:
-                    left.append(f"{f} ({exc.strerror})")
+            self.removed_shm = remove_files(shm, left)
             self.processes, self.engine_ids = [], []
             if self._scratch:
                 try:
@@ -293,23 +280,6 @@ class MPICluster:
             if left:
                 print(f"lmdbio: stopping the cluster left behind: {'; '.join(left)}", file=sys.stderr)
 
-    def _shutdown_engines(self, pids: list[int], grace: float) -> None:
-        """ipyparallel's shutdown request to every engine; wait up to ``grace`` s for them to leave."""
-        from ipyparallel.error import NoEnginesRegistered
-
-        if not self.engine_ids:
-            return
-        try:
-            self.client.shutdown(targets=self.engine_ids, block=False)
-        except (NoEnginesRegistered, IndexError):
-            # The engines have already unregistered (a dead cluster): the launchers end them.
-            return
-        deadline = time.monotonic() + grace
-        while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if not pids:  # engines elsewhere: let them leave before the job ends
-            time.sleep(min(grace, 3.0))
-
     def _close_client(self) -> None:
         try:
             self.client.close()
@@ -317,60 +287,7 @@ class MPICluster:
             self.client = None
             self.view = None
 
-    def _stop_launchers(self, grace: float, left: list[str]) -> None:
-        """Stop mpiexec or the Slurm job, and the controller; name in ``left`` those that did not stop."""
-        from ipyparallel.cluster.launcher import LauncherError
-
-        cluster = self.cluster
-        log = getattr(cluster, "log", None)
-        if log is not None and log.name.endswith(str(cluster.cluster_id)):
-            # This cluster's own logger (in a notebook), which its launchers share: a controller
-            # or engine that ends with a non-zero code on the way out would have ipyparallel
-            # print its whole log into the cell. Such an end is reported in one line instead.
-            log.setLevel(logging.ERROR)
-        try:
-            self._wait_engine_sets(grace)
-            cluster.stop_cluster_sync()
-        except (LauncherError, subprocess.CalledProcessError, OSError, TimeoutError) as exc:
-            # ipyparallel drops a launcher once it has stopped: those still held did not.
-            left += [f"{_describe(launcher)} ({type(exc).__name__}: {exc})"
-                     for launcher in [*cluster.engines.values(), cluster.controller] if launcher]
-        finally:
-            self._report_engine_ends()
-            cluster.shutdown_atexit = False  # stopped: ipyparallel's atexit has nothing to say
-            self.cluster = None
-
-    def _report_engine_ends(self) -> None:
-        """One line on stderr for engines that crashed on the way out (their work was collected).
-
-        Seen once in many runs: libzmq's ``pfd.revents & POLLIN`` assertion aborting an
-        engine while it shut down. Our own SIGTERM (after ``grace``) is not reported.
-        """
-        codes = set()
-        for es in list(getattr(self.cluster, "engines", {}).values()):
-            code = (getattr(es, "stop_data", None) or {}).get("exit_code")
-            if code not in (None, 0, -signal.SIGTERM, 128 + signal.SIGTERM, signal.SIGTERM):
-                codes.add(code)
-        if codes:
-            print(f"lmdbio: MPI engines ended with exit code {', '.join(map(str, sorted(codes)))} while "
-                  "shutting down, after their results were collected", file=sys.stderr)
-
-    def _wait_engine_sets(self, grace: float) -> None:
-        """Give mpiexec / the Slurm job a moment to end on its own once its engines have left."""
-        import psutil
-
-        deadline = time.monotonic() + grace
-        for es in list(self.cluster.engines.values()):
-            proc = getattr(es, "process", None)  # psutil.Process of mpiexec (local launchers)
-            while proc is not None and time.monotonic() < deadline:
-                try:
-                    if not proc.is_running() or proc.status() == "zombie":
-                        break
-                except psutil.NoSuchProcess:  # gone and reaped
-                    break
-                time.sleep(0.1)
-
-    def __enter__(self) -> "MPICluster":
+    def __enter__(self) -> MPICluster:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -464,22 +381,6 @@ class MPICluster:
             checked.add(m)
         return ""
 
-
-def _one_line_output(record: logging.LogRecord) -> bool:
-    """Shorten ipyparallel's "Output for <launcher>:\\n<log>" records to their first line."""
-    if isinstance(record.msg, str) and record.msg.startswith("Output for %s:") and record.args:
-        record.msg = "lmdbio: %s ended with a non-zero exit code (its output is not shown)"
-        record.args = record.args[:1]
-    return True
-
-
-def _describe(launcher) -> str:
-    """A launcher as a person finds it: its Slurm job id or its process id."""
-    job = getattr(launcher, "job_id", "")
-    if job:
-        return f"Slurm job {job} of {type(launcher).__name__} (see squeue -j {job}; scancel {job})"
-    pid = getattr(launcher, "pid", None) or getattr(getattr(launcher, "process", None), "pid", None)
-    return f"{type(launcher).__name__} process {pid}" if pid else type(launcher).__name__
 
 
 def run_on_engines(cluster: MPICluster, func: Callable, nprocs: int, /, *args, **kwargs) -> list:

@@ -227,6 +227,38 @@ def start(src: str | os.PathLike, mnt: str | os.PathLike | None = None, profile:
     """
     check_fuse()
     src = os.path.realpath(src)
+    time_scale = _checked_arguments(src, profile, nodes, time_scale)
+    mnt, cleanup = _mount_point(mnt)
+    cmd = [sys.executable, "-m", "lmdbio", "pfs", "mount", src, mnt, "--profile", profile,
+           "--nodes", str(nodes), "--foreground"]
+    if time_scale is not None:
+        cmd += ["--time-scale", repr(float(time_scale))]
+    if not detach:
+        cmd.append("--exit-with-parent")
+    state = _state_file(mnt)
+    log_path = state.with_suffix(".log")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
+    try:
+        _wait_ready(proc, mnt, log_path, timeout)
+    except BaseException:
+        umount(mnt, _proc=proc, _keep_log=True)
+        if cleanup:
+            with contextlib.suppress(OSError):
+                os.rmdir(mnt)
+        raise
+    state.write_text(json.dumps({"pid": proc.pid, "src": src, "mnt": mnt, "profile": profile,
+                                 "nodes": nodes, "log": str(log_path)}))
+    m = Mount(mnt, src, nodes, proc.pid, proc=proc, cleanup_dir=cleanup)
+    if not detach:
+        atexit.register(m.umount)
+    return m
+
+
+def _checked_arguments(src: str, profile: str, nodes: int, time_scale: float | None) -> float | None:
+    """Check :func:`start`'s arguments; returns the time scale (``$LMDBIO_PFS_TIME_SCALE`` where
+    none is given)."""
     if time_scale is None and os.environ.get(TIME_SCALE_ENV):
         try:
             time_scale = float(os.environ[TIME_SCALE_ENV])
@@ -240,6 +272,11 @@ def start(src: str | os.PathLike, mnt: str | os.PathLike | None = None, profile:
         raise ValueError(f"nodes must be a positive integer, got {nodes!r}")
     if not os.path.isdir(src):
         raise LmdbioError(f"source {src} is not a directory; give the directory that holds the datasets")
+    return time_scale
+
+
+def _mount_point(mnt: str | os.PathLike | None) -> tuple[str, bool]:
+    """The empty directory to mount on, and whether the unmount removes it (made here)."""
     cleanup = mnt is None
     mnt = tempfile.mkdtemp(prefix="lmdbio-pfs-mnt-") if mnt is None else os.path.realpath(mnt)
     if is_mounted(mnt):
@@ -251,45 +288,27 @@ def start(src: str | os.PathLike, mnt: str | os.PathLike | None = None, profile:
         raise LmdbioError(f"mount point {mnt} is not a directory; give an empty directory")
     if os.listdir(mnt):
         raise LmdbioError(f"mount point {mnt} is not empty; give an empty directory")
-    cmd = [sys.executable, "-m", "lmdbio", "pfs", "mount", src, mnt, "--profile", profile,
-           "--nodes", str(nodes), "--foreground"]
-    if time_scale is not None:
-        cmd += ["--time-scale", repr(float(time_scale))]
-    if not detach:
-        cmd.append("--exit-with-parent")
-    state = _state_file(mnt)
-    log_path = state.with_suffix(".log")
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True)
+    return mnt, cleanup
+
+
+def _wait_ready(proc: subprocess.Popen, mnt: str, log_path: Path, timeout: float) -> None:
+    """Wait until the daemon's mount says it is ready; raises if the daemon ends or ``timeout``
+    passes first."""
     deadline = time.monotonic() + timeout
-    try:
-        while True:
-            rc = proc.poll()
-            if rc is not None:
-                tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
-                raise LmdbioError(f"the pfs daemon for {mnt} exited with status {rc} before the mount "
-                                  f"was ready: {' | '.join(tail) or 'no output'}")
-            if is_mounted(mnt):
-                with contextlib.suppress(OSError, ValueError):
-                    if json.loads((Path(mnt) / STATS_NAME).read_bytes()).get("ready"):
-                        break
-            if time.monotonic() > deadline:
-                raise LmdbioError(f"the pfs daemon for {mnt} was not ready after {timeout:.0f} s; "
-                                  f"see {log_path}")
-            time.sleep(0.02)
-    except BaseException:
-        umount(mnt, _proc=proc, _keep_log=True)
-        if cleanup:
-            with contextlib.suppress(OSError):
-                os.rmdir(mnt)
-        raise
-    state.write_text(json.dumps({"pid": proc.pid, "src": src, "mnt": mnt, "profile": profile,
-                                 "nodes": nodes, "log": str(log_path)}))
-    m = Mount(mnt, src, nodes, proc.pid, proc=proc, cleanup_dir=cleanup)
-    if not detach:
-        atexit.register(m.umount)
-    return m
+    while True:
+        rc = proc.poll()
+        if rc is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
+            raise LmdbioError(f"the pfs daemon for {mnt} exited with status {rc} before the mount "
+                              f"was ready: {' | '.join(tail) or 'no output'}")
+        if is_mounted(mnt):
+            with contextlib.suppress(OSError, ValueError):
+                if json.loads((Path(mnt) / STATS_NAME).read_bytes()).get("ready"):
+                    return
+        if time.monotonic() > deadline:
+            raise LmdbioError(f"the pfs daemon for {mnt} was not ready after {timeout:.0f} s; "
+                              f"see {log_path}")
+        time.sleep(0.02)
 
 
 @contextlib.contextmanager
