@@ -124,7 +124,7 @@ class RawReader:
             os.close(self._fd)
             self._fd = -1
 
-    def __enter__(self) -> "RawReader":
+    def __enter__(self) -> RawReader:
         return self
 
     def __exit__(self, *exc) -> None:

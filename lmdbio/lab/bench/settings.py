@@ -69,7 +69,7 @@ class Storage:
     shared_state: str | None = None
 
     @classmethod
-    def from_point(cls, point: dict) -> "Storage":
+    def from_point(cls, point: dict) -> Storage:
         return cls(point.get("storage") or "local", point.get("pfs_mount"),
                    point.get("pfs_relpath"), point.get("ranks_per_node") or None,
                    point.get("throttle_state"), point.get("shared_state"))
@@ -327,7 +327,7 @@ def point_span_counters(storage: Storage, before: dict | None = None) -> dict:
             "s_budget_bps": limits["read_bps"], "s_budget_iops": limits["read_iops"]}
 
 
-def s_counter_table(points_csv) -> "object":
+def s_counter_table(points_csv) -> object:
     """One row per point x repeat of a shared sweep: S's requests and bytes, point and timed window."""
     import pandas as pd
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
+from collections.abc import Callable
 
 from lmdbio import metrics
 from lmdbio.waiting import polite_barrier
@@ -99,7 +100,7 @@ class ReaderSource:
             it, self._it = self._it, None
             it.close()
 
-    def __enter__(self) -> "ReaderSource":
+    def __enter__(self) -> ReaderSource:
         return self
 
     def __exit__(self, *exc) -> None:

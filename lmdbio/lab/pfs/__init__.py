@@ -6,8 +6,12 @@ and libfuse3 only when a mount is made, and are imported on first use.
 """
 
 import importlib
+from typing import TYPE_CHECKING
 
 from .model import PROFILES, Profile, StorageModel, load_profile, simulate
+
+if TYPE_CHECKING:   # imported on first use (below), so that the model needs no FUSE
+    from .mount import Mount, evict, mounted, stats, umount
 
 __all__ = ["PROFILES", "Profile", "StorageModel", "load_profile", "simulate",
            "mounted", "Mount", "umount", "stats", "evict"]

@@ -91,7 +91,7 @@ class Profile:
     per_node_targets: bool = False
     rate_limited: bool = False
 
-    def scaled(self, time_scale: float) -> "Profile":
+    def scaled(self, time_scale: float) -> Profile:
         """The same system at another ``time_scale`` (ratios kept)."""
         if not (isinstance(time_scale, (int, float)) and math.isfinite(time_scale) and time_scale > 0):
             raise ConfigurationError(f"time_scale must be a positive number, got {time_scale!r}")

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["touch_pages", "measure", "run", "COLUMNS", "main"]
 

@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 
 from lmdbio.errors import LmdbioError
 from .devices import (V1_ROOT, Holder, Profile, ThrottleUnavailable, add_node, backing_file,

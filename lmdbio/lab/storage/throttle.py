@@ -27,7 +27,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 
 from .devices import (TOOLS, Holder, Profile, ThrottleUnavailable, add_node, building, controller,
                       controller_for, datasets, detach, device_counters, disable_io, enable_io,
