@@ -41,7 +41,8 @@ class Batch:
 
     def __getitem__(self, i: int) -> memoryview:
         o = int(self.offsets[i])
-        return memoryview(self.buffer)[o:o + int(self.sizes[i])]
+        # An ndarray is a buffer; numpy's stubs declare __buffer__ for Python 3.12 and later only.
+        return memoryview(self.buffer)[o:o + int(self.sizes[i])]  # type: ignore[arg-type]
 
     def __iter__(self):
         mv = memoryview(self.buffer)
@@ -216,7 +217,7 @@ def _decode_each(batch: Batch, threads: int, size, resample, out, hwc: bool, max
     if size is not None:
         out = _resize_target(batch, buf, size, out, hwc, max_pixels)
         target = out.transpose(0, 3, 1, 2) if hwc else out
-    found = [None] * n
+    found: list[np.ndarray | None] = [None] * n
 
     def work(i: int):
         try:

@@ -15,6 +15,8 @@ batch, its dataset index and its key.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -62,7 +64,23 @@ def _build_datum_class():
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("lmdbio.caffe.Datum"))
 
 
-Datum = _build_datum_class()
+class DatumMessage(Protocol):
+    """What a :data:`Datum` message holds (its class is built from a descriptor at import)."""
+
+    channels: int
+    height: int
+    width: int
+    data: bytes
+    label: int
+    float_data: Sequence[float]
+    encoded: bool
+
+    def ParseFromString(self, serialized: bytes) -> int: ...
+
+    def SerializeToString(self) -> bytes: ...
+
+
+Datum: type[DatumMessage] = _build_datum_class()
 
 
 def encode(image: np.ndarray | None = None, label: int = 0, *, encoded_bytes: bytes | None = None,
@@ -95,7 +113,7 @@ def encode(image: np.ndarray | None = None, label: int = 0, *, encoded_bytes: by
     return d.SerializeToString()
 
 
-def decode(value) -> "Datum":
+def decode(value) -> DatumMessage:
     """Parse one serialized Datum (bytes, memoryview or uint8 array)."""
     d = Datum()
     try:
@@ -125,7 +143,7 @@ def _hwc(layout: str) -> bool:
     return layout == "HWC"
 
 
-def check_image(d: "Datum", max_pixels: int | None = MAX_IMAGE_PIXELS):
+def check_image(d: DatumMessage, max_pixels: int | None = MAX_IMAGE_PIXELS):
     """Check the size a parsed Datum declares, before anything is allocated for its image.
 
     Returns a raw Datum's ``(c, h, w)``, an encoded one's JPEG header ``(c, h, w)``, or
@@ -145,7 +163,7 @@ def check_image(d: "Datum", max_pixels: int | None = MAX_IMAGE_PIXELS):
     return c, h, w
 
 
-def decode_image(d: "Datum", *, max_pixels: int | None = MAX_IMAGE_PIXELS,
+def decode_image(d: DatumMessage, *, max_pixels: int | None = MAX_IMAGE_PIXELS,
                  layout: str = "CHW") -> np.ndarray:
     """The uint8 image of a parsed Datum, decoding JPEG/PNG if needed: ``(c, h, w)``, or
     ``(h, w, c)`` with ``layout="HWC"`` (a transposed view for raw Datums).
@@ -165,7 +183,7 @@ def decode_image(d: "Datum", *, max_pixels: int | None = MAX_IMAGE_PIXELS,
     return img.transpose(1, 2, 0) if hwc else img
 
 
-def _shape_of(d: "Datum", max_pixels) -> tuple[int, ...]:
+def _shape_of(d: DatumMessage, max_pixels) -> tuple[int, int, int]:
     """The ``(c, h, w)`` :func:`decode_image` gives for a parsed Datum (a JPEG's from its
     header), after :func:`check_image`."""
     shape = check_image(d, max_pixels)
@@ -193,7 +211,7 @@ def _named(err: ImageError, indices, key_of) -> ImageError:
     return ImageError(f"record {i} of the batch{where} {err}", position=i, index=index, key=key)
 
 
-def _parse(buf: np.ndarray, o: int, size: int, i: int) -> "Datum":
+def _parse(buf: np.ndarray, o: int, size: int, i: int) -> DatumMessage:
     d = Datum()
     try:
         d.ParseFromString(buf[o:o + size].tobytes())
@@ -227,6 +245,15 @@ def _check_args(n: int, sizes: np.ndarray, threads, out, hwc: bool) -> None:
     if out is not None and (out.ndim != 4 or out.shape[0] != n or out.dtype != np.uint8):
         raise ValueError(f"out is a {out.dtype} array of shape {out.shape}; it must be uint8 "
                          f"{'(n, h, w, c)' if hwc else '(n, c, h, w)'} with n = {n} records")
+
+
+def _chw(shape, hwc: bool) -> tuple[int, int, int]:
+    """``shape``, given in the layout, as ``(c, h, w)``."""
+    if len(shape) != 3:
+        raise ValueError(f"shape must be the three sides of every image, "
+                         f"{'(h, w, c)' if hwc else '(c, h, w)'}; got {shape!r}")
+    a, b, c = shape
+    return (c, a, b) if hwc else (a, b, c)
 
 
 def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
@@ -274,9 +301,7 @@ def decode_records(buffer, offsets: np.ndarray, sizes: np.ndarray,
     n = len(offsets)
     hwc = _hwc(layout)
     _check_args(n, sizes, threads, out, hwc)
-    chw = None if shape is None else tuple(shape)
-    if hwc and chw is not None:
-        chw = (chw[2], chw[0], chw[1])
+    chw = None if shape is None else _chw(shape, hwc)
     if n == 0:
         c, h, w = chw or (0, 0, 0)
         return (out if out is not None else
@@ -372,8 +397,8 @@ def decode_many(values, shape: tuple[int, int, int] | None = None,
     Returns:
         ``(images, labels)``; see :func:`decode_records`.
     """
-    kw = dict(shape=shape, out=out, threads=threads, layout=layout, copy=copy,
-              max_pixels=max_pixels)
+    kw: dict[str, Any] = dict(shape=shape, out=out, threads=threads, layout=layout, copy=copy,
+                              max_pixels=max_pixels)
     if all(hasattr(values, a) for a in ("buffer", "offsets", "sizes")):
         return decode_records(values.buffer, values.offsets, values.sizes,
                               indices=getattr(values, "indices", None),

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import io
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -90,7 +91,7 @@ def jpeg_header(data) -> tuple[int, int, int] | None:
 class _Scratch(threading.local):
     """This thread's decode target: ``(key, array, Pillow image on that array, uint32 temp)``."""
 
-    target = None
+    target: tuple[tuple[str, int, int], np.ndarray, Any, np.ndarray | None] | None = None
 
 
 _SCRATCH = _Scratch()
@@ -198,13 +199,14 @@ def check(data, max_pixels: int | None = MAX_PIXELS) -> tuple[int, int, int] | N
     return None
 
 
-def shape_of(data) -> tuple[int, ...]:
+def shape_of(data) -> tuple[int, int, int]:
     """The ``(c, h, w)`` :func:`decode_chw` gives: from the header of a grey or colour JPEG,
     else by decoding."""
     head = jpeg_header(data)
     if head is not None and head[0] in _RAW:
         return head
-    return decode_chw(data).shape
+    c, h, w = decode_chw(data).shape
+    return c, h, w
 
 
 def decode_into(data, out: np.ndarray, hwc: bool = False) -> tuple[int, ...]:

@@ -51,7 +51,9 @@ def check_node_args(ranks_per_node: int | None, readers_per_node: int = 1) -> No
     """ConfigurationError naming ``ranks_per_node`` or ``readers_per_node`` when it is not a
     positive integer (``ranks_per_node`` may also be None: the real nodes)."""
     def bad(value) -> bool:
-        return isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            return True
+        return bool(value <= 0)
 
     if ranks_per_node is not None and bad(ranks_per_node):
         raise ConfigurationError(f"ranks_per_node must be None (the machine's nodes) or an integer "
@@ -123,11 +125,10 @@ def make_topology(comm: MPI.Comm, ranks_per_node: int | None = None,
     ok = comm.allreduce(1 if contiguous else 0, op=MPI.MIN)
 
     is_reader = group_comm.rank == 0
-    readers_comm = comm.Split(color=0 if is_reader else MPI.UNDEFINED, key=rank)
-    if readers_comm == MPI.COMM_NULL:
-        readers_comm = None
+    split = comm.Split(color=0 if is_reader else MPI.UNDEFINED, key=rank)
+    readers_comm = None if split == MPI.COMM_NULL else split
     nreaders = comm.allreduce(1 if is_reader else 0)
-    reader_index = group_comm.bcast(readers_comm.rank if is_reader else None, root=0)
+    reader_index = group_comm.bcast(split.rank if is_reader else None, root=0)
     topo = Topology(comm=comm, node_comm=node, group_comm=group_comm, readers_comm=readers_comm,
                     group_ranks=group_ranks, node_index=node_index, nodes=len(leaders),
                     nreaders=nreaders, reader_index=reader_index)

@@ -205,6 +205,9 @@ def test_decode_records_errors_are_clear():
         datum.decode_records(b.buffer, b.offsets, b.sizes[:1])
     with pytest.raises(ValueError, match="must be uint8"):
         datum.decode_records(b.buffer, b.offsets, b.sizes, out=np.zeros((3, 3, 4, 5), np.uint8))
+    for layout, sides in (("CHW", r"\(c, h, w\)"), ("HWC", r"\(h, w, c\)")):
+        with pytest.raises(ValueError, match=f"shape must be the three sides .*{sides}; got"):
+            datum.decode_records(b.buffer, b.offsets, b.sizes, shape=(4, 5), layout=layout)
     with pytest.raises(LmdbioError, match="record 1 of the batch is not a Caffe Datum"):
         datum.decode_many([blobs[0], b"\xff\xff\xff"])
 

@@ -18,7 +18,7 @@ from lmdbio.datasets import Preset, synthetic_images
 from lmdbio.errors import ConfigurationError, LmdbioError
 
 sys.path.insert(0, str(Path(__file__).parent / "mpi"))
-from stored import stored_values  # noqa: E402
+from stored import stored_values
 
 N, B = 60, 8
 GREY = 7   # the one grey JPEG; every other record is colour

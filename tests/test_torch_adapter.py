@@ -45,7 +45,7 @@ def test_module_imports_without_torch():
 
     assert "LmdbDataset" in lt.__all__
     with pytest.raises(AttributeError):
-        lt.NoSuchThing  # noqa: B018
+        lt.NoSuchThing  # noqa: B018 - the attribute access is what raises
 
 
 @pytest.mark.skipif(HAVE_TORCH, reason="torch is installed: the missing-torch message is moot")
@@ -53,7 +53,7 @@ def test_clear_message_without_torch():
     import lmdbio.torch as lt
 
     with pytest.raises(ImportError, match="pip install torch"):
-        lt.LmdbDataset
+        lt.LmdbDataset  # noqa: B018 - the attribute access is what raises
 
 
 @pytest.mark.skipif(not HAVE_TORCH, reason="PyTorch is not installed (an optional extra; "

@@ -315,7 +315,7 @@ def _run(comm, points: list[dict]) -> list[dict]:
     return rows
 
 
-def sweep(cluster: "MPICluster", points: list[dict], *, progress: bool = True):
+def sweep(cluster: MPICluster, points: list[dict], *, progress: bool = True):
     """Run each point (``nprocs``, ``experiment`` and that function's arguments); a DataFrame per
     experiment name (``{"epoch": df, ...}``)."""
     import pandas as pd

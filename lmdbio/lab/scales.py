@@ -18,7 +18,7 @@ another scale's number.
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
 from .paths import REPO
 
 __all__ = ["SCALES", "NOTEBOOK_SCALES", "KEYS", "REPO", "COMMITTED_RESULTS", "CLUSTER_ENV",

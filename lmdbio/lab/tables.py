@@ -7,7 +7,7 @@ measures. :mod:`lmdbio.lab.plots` draws these tables.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

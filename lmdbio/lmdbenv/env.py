@@ -108,7 +108,7 @@ def _lock_unusable(lock: str) -> bool:
 class EnvHandle:
     """One counted use of a shared read-only Environment; :meth:`release` when done."""
 
-    env: object
+    env: Any            # py-lmdb's Environment (untyped)
     path: Path          # the real data file
     locked: bool        # LMDB's reader lock is in force (a writer sees our slots)
     _key: tuple | None

@@ -9,10 +9,15 @@ offset and count of the records its reader reads in every batch.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..batch import Batch
 from .stage import Abilities, Distributor
+
+if TYPE_CHECKING:
+    from ..shm import GroupBuffer
 
 __all__ = ["Private", "PrivateSlots", "NodeGroup"]
 
@@ -33,7 +38,7 @@ class Private(Distributor):
         self.lo, self.count = comm.rank * per_rank, per_rank
         self.nslots = self.SLOTS
         self._slots: list[np.ndarray] = []
-        self._buf = None
+        self._buf: np.ndarray | None = None   # the chunk's buffer, from reserve()
 
     def setup(self, stream, capacity: int) -> None:
         from ..shm import prefault
@@ -47,19 +52,21 @@ class Private(Distributor):
 
     def reserve(self, chunk: int, nbytes: int, t: int = -1) -> np.ndarray:
         if not self.nslots:
-            self._buf = np.empty(nbytes, dtype=np.uint8)
-            return self._buf
-        slot = chunk % self.nslots
-        if nbytes > len(self._slots[slot]):
-            self._slots[slot] = np.empty(int(nbytes * 1.25), dtype=np.uint8)
-        self._buf = self._slots[slot]
-        return self._buf
+            buf = np.empty(nbytes, dtype=np.uint8)
+        else:
+            slot = chunk % self.nslots
+            if nbytes > len(self._slots[slot]):
+                self._slots[slot] = np.empty(int(nbytes * 1.25), dtype=np.uint8)
+            buf = self._slots[slot]
+        self._buf = buf
+        return buf
 
     def publish(self, chunk: int, offsets: np.ndarray, sizes: np.ndarray, rec, t: int) -> None:
         self._offs = offsets.reshape(self.k, self.count)
         self._sizes = sizes.reshape(self.k, self.count)
 
     def batch(self, chunk: int, it: int, indices: np.ndarray) -> Batch:
+        assert self._buf is not None, "reserve() gives the chunk its buffer"
         return Batch(self._buf, self._offs[it], self._sizes[it], indices)
 
     def close(self, limit: float, agree: bool) -> None:
@@ -88,7 +95,7 @@ class NodeGroup(Distributor):
         self.count = topology.group_comm.size * per_rank
         self.member_lo = topology.group_comm.rank * per_rank
         self.per_rank = per_rank
-        self.gb = None
+        self.gb: GroupBuffer | None = None   # the group's shared slots, from setup() to close()
 
     def setup(self, stream, capacity: int) -> None:
         from ..shm import GroupBuffer
@@ -100,19 +107,24 @@ class NodeGroup(Distributor):
         self.gb = GroupBuffer(topo.group_comm, stream.count * stream.k, capacity, nslots,
                               names=topo.group_ranks, batches_per_chunk=stream.k, lag=self.ahead)
 
+    def slots(self) -> GroupBuffer:
+        """The group's shared slots setup() made."""
+        assert self.gb is not None, "the shared slots are made by setup()"
+        return self.gb
+
     def reserve(self, chunk: int, nbytes: int, t: int = -1) -> np.ndarray:
-        return self.gb.reserve(chunk, nbytes, t)
+        return self.slots().reserve(chunk, nbytes, t)
 
     def publish(self, chunk: int, offsets: np.ndarray, sizes: np.ndarray, rec, t: int) -> None:
         with rec.phase("distribute", t, chain=True):
-            self.gb.publish(chunk, offsets, sizes, t)
+            self.slots().publish(chunk, offsets, sizes, t)
 
     def receive(self, chunk: int, rec, t: int) -> None:
         with rec.phase("wait", t):
-            self.gb.receive(chunk, t)
+            self.slots().receive(chunk, t)
 
     def batch(self, chunk: int, it: int, indices: np.ndarray) -> Batch:
-        data, offs, sizes = self.gb.current(chunk)
+        data, offs, sizes = self.slots().current(chunk)
         lo = it * self.count + self.member_lo
         # Copies: the header slot is rewritten when the slot comes round again.
         return Batch(data, offs[lo:lo + self.per_rank].copy(), sizes[lo:lo + self.per_rank].copy(),

@@ -25,7 +25,8 @@ def read_extents(fd: int, buf: np.ndarray, ext_start: np.ndarray, ext_len: np.nd
     Returns ``(bytes, calls)``. A short read (file truncated under us) is an
     LmdbioError, never a half-filled batch.
     """
-    mv = memoryview(buf).cast("B")
+    # An ndarray is a buffer; numpy's stubs declare __buffer__ for Python 3.12 and later only.
+    mv = memoryview(buf).cast("B")  # type: ignore[arg-type]
     pos = 0
     calls = 0
     for off, length in zip(ext_start.tolist(), ext_len.tolist()):

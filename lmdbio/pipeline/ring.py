@@ -11,6 +11,7 @@ against where the records really were (``missed_pages``, ``extra_pages``).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 
@@ -35,23 +36,24 @@ class Ring(Walk):
     def __init__(self, speculative: bool):
         super().__init__()
         self.speculative = speculative
-        self.readers = None
+        self.readers: Any = None   # the readers' communicator, from setup()
         self.rank = -1
         self._pending: list = []
-        self._map_addr = self._pred = None
+        self._map_addr: int | None = None          # where LMDB mapped the file (speculation)
+        self._pred: tuple[int, int] | None = None  # the byte range advised for the next records
         self._last_ranges: list[tuple[int, int]] = []
-        self._meta = None
+        self._psize = self._file_size = 0          # of the open snapshot
         self._located = 0   # chunks this reader located (reader 0 starts the ring at its first)
 
     @classmethod
-    def from_options(cls, options, build_provenance: bool = False) -> "Ring":
+    def from_options(cls, options, build_provenance: bool = False) -> Ring:
         return cls(options.speculative)
 
     def open(self, path, meta, nprocs: int) -> None:
         super().open(path, meta, nprocs)
-        self._meta = meta
+        self._psize, self._file_size = meta.psize, meta.file_size
         if self.speculative:
-            self._map_addr = self.walker.map_address(meta.psize, meta.header_size)
+            self._map_addr = self.cursor().map_address(meta.psize, meta.header_size)
             if self._map_addr is None:
                 log.warning("lmdbio: %s: cannot tell where LMDB mapped the file; DM runs "
                             "without speculative reads", path)
@@ -62,7 +64,7 @@ class Ring(Walk):
 
     def locate(self, chunk: int, schedule, rec) -> Views:
         t = chunk * schedule.k
-        w, rc = self.walker, self.readers
+        w, rc = self.cursor(), self.readers
         k, R = rc.rank, rc.size
         if self.speculative:
             self._speculate(t, rec)
@@ -94,7 +96,7 @@ class Ring(Walk):
 
     def fetched(self, located: Views, row: dict) -> None:
         if self.speculative:
-            self._score(located.values, row)
+            self._score(located.values or [], row)
 
     def _speculate(self, t: int, rec) -> None:
         with rec.phase("speculate", t) as row:
@@ -102,12 +104,12 @@ class Ring(Walk):
             if len(self._last_ranges) >= 2:
                 (a0, a1), (b0, b1) = self._last_ranges[-2:]
                 lo, hi = b0 + (b0 - a0), b1 + (b1 - a1)
-                lo, hi = max(0, lo), min(self._meta.file_size, hi)
+                lo, hi = max(0, lo), min(self._file_size, hi)
                 if hi > lo:
-                    self.walker.advise(lo, hi - lo)
+                    self.cursor().advise(lo, hi - lo)
                     self._pred = (lo, hi)
                     row["bytes"] = hi - lo
-                    row["pages"] = -(-hi // self._meta.psize) - lo // self._meta.psize
+                    row["pages"] = -(-hi // self._psize) - lo // self._psize
 
     def _score(self, values: list, row: dict) -> None:
         """Where this batch's records really were (file offsets), against the prediction."""
@@ -117,7 +119,7 @@ class Ring(Walk):
         last = np.frombuffer(values[-1], dtype=np.uint8)
         lo = first.ctypes.data - self._map_addr
         hi = last.ctypes.data - self._map_addr + len(values[-1])
-        page = self._meta.psize
+        page = self._psize
         if hi < lo:   # the group's records wrapped around the end of the file: no trend, no score
             self._last_ranges.clear()
             return

@@ -41,7 +41,7 @@ class Stagger:
         self._turn = 0
 
     @classmethod
-    def join(cls, topology, size: int | None) -> "Stagger":
+    def join(cls, topology, size: int | None) -> Stagger:
         """This reader's place in the readers' turns (collective over the readers);
         ``size`` readers per group, None or 0 for half the readers."""
         names = tuple(topology.readers_comm.allgather(topology.comm.rank))

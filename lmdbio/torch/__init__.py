@@ -66,8 +66,9 @@ from .plan import RankPlan, check_dataset_state, make_plan, worker_batches
 from .position import Position
 from .worker import LocalComm, WorkerReader
 
-__all__ = ["LmdbDataset", "check_dataset_state", "RankPlan", "make_plan", "WorkerReader",
-           "LocalComm", "Position", "worker_batches", "STATE_VERSION", "LMDB_READERS"]
+__all__ = ["LmdbDataset",  # noqa: F822 - the module __getattr__ makes it, when torch is needed
+           "check_dataset_state", "RankPlan", "make_plan", "WorkerReader", "LocalComm", "Position",
+           "worker_batches", "STATE_VERSION", "LMDB_READERS"]
 
 _CLASS = None
 

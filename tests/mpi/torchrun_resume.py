@@ -38,10 +38,10 @@ import sys
 
 sys.modules["mpi4py"] = None   # any import of mpi4py raises ImportError: no MPI on this path
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-from collections import Counter  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
 
 N_STOPS_DATASET = 5
 B = 12   # divides among 1, 2, 3 and 4 ranks

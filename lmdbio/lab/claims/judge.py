@@ -55,14 +55,14 @@ def _committed_commit() -> str:
     from lmdbio.lab.meta import git_commit
     try:
         return str(git_commit())[:12]
-    except Exception:  # noqa: BLE001 - a label only
+    except Exception:  # a label only
         return "unknown"
 
 
 def _judge(c: Claim, s: str, last) -> dict:
     """verdict, measured, why, magnitude and band of one setting's point."""
     v, lo, hi, thr = float(last["value"]), float(last["lo"]), float(last["hi"]), c.threshold
-    f = lambda x: fmt(x, thr)  # noqa: E731
+    f = lambda x: fmt(x, thr)
     p = int(last["nprocs"])
     context = str(last.get("context", "") or "")
     if s == "model":

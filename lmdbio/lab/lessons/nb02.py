@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .prose import COMMITTED, claim_row, csv, json_file, word  # noqa: F401
+from .prose import COMMITTED, claim_row, csv, json_file, word
 
 NB = "02_lmdb_analysis"
 PARTS = ["read_s", "wait_s", "comm_s", "compute_s"]

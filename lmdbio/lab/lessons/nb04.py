@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from .nb02 import FACTS as _F02
-from .prose import claim_row, cores, csv, word  # noqa: F401
+from .prose import claim_row, cores, csv, word
 
 NB = "04_dm"
 LMM, DM = "lmdbio-lmm", "lmdbio-lmm-dm"
@@ -103,8 +103,8 @@ FACTS: dict = {
     "lmm_over_dm_local": lambda r: 1 / _num(r, "local"),
     "dm_vs_lmm_local": lambda r: word(_num(r, "local") < 1, "slower", "faster"),
     "c3_paper": lambda r: _num(r, "local", "paper_factor"),
-    **{f"c3_{s}": (lambda s: lambda r: _num(r, s))(s) for s in ("local", "gpfs", "throttled", "shared", "model")},
-    **{f"c3_{s}_{k}": (lambda s, k: lambda r: _claim(r, s, k))(s, k)
+    **{f"c3_{s}": (lambda at: lambda r: _num(r, at))(s) for s in ("local", "gpfs", "throttled", "shared", "model")},
+    **{f"c3_{s}_{k}": (lambda at, col: lambda r: _claim(r, at, col))(s, k)
        for s in ("local", "gpfs", "throttled", "shared", "model") for k in ("verdict", "magnitude")},
     "c3_model_lo": lambda r: _num(r, "model", "band_low"),
     "c3_model_hi": lambda r: _num(r, "model", "band_high"),

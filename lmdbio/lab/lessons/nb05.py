@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .prose import COMMITTED, claim_row, csv, word  # noqa: F401
+from .prose import COMMITTED, claim_row, csv, word
 
 NB = "05_dio"
 LMM, DM, DIO = "lmdbio-lmm", "lmdbio-lmm-dm", "lmdbio-lmm-dio"

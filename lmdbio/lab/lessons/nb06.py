@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .prose import COMMITTED, claim_row, csv, word  # noqa: F401
+from .prose import COMMITTED, claim_row, csv, word
 
 NB = "06_prov"
 DIO, PROV = "lmdbio-lmm-dio", "lmdbio-lmm-dio-prov"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .prose import COMMITTED, claim_row, csv, word  # noqa: F401
+from .prose import COMMITTED, claim_row, csv, word
 
 NB = "07_coal"
 PROV, COAL = "lmdbio-lmm-dio-prov", "lmdbio-lmm-dio-prov-coal"

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .prose import claim_row, csv, word  # noqa: F401
+from .prose import claim_row, csv, word
 
 NB = "08_stag"
 BASE, STAG = "lmdbio-lmm-dio-prov-coal", "lmdbio-lmm-dio-prov-coal-stag"

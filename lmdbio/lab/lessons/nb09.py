@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .prose import COMMITTED, claim_row, csv, word  # noqa: F401
+from .prose import COMMITTED, claim_row, csv, word
 
 NB = "09_scaling"
 FULL, COAL, RAW, LMDB = "lmdbio-lmm-dio-prov-coal-stag", "lmdbio-lmm-dio-prov-coal", "raw", "lmdb"
@@ -137,7 +137,7 @@ FACTS: dict = {
     "all_min_ms": lambda root: 1e3 * float(walls(root).min().min()),
     "all_max_ms": lambda root: 1e3 * float(walls(root).max().max()),
     # the page cache at the start of the timed iterations, at the largest P (a head start for LMDB)
-    **{f"{k}_resident_pct_maxp": (lambda v: lambda root: start_resident_pct(root, v, int(walls(root).columns.max())))(v)
+    **{f"{k}_resident_pct_maxp": (lambda name: lambda root: start_resident_pct(root, name, int(walls(root).columns.max())))(v)
        for k, v in (("lmdb", LMDB), ("lmm", "lmdbio-lmm"), ("dm", "lmdbio-lmm-dm"), ("full", FULL))},
     "resident_lmdb_vs_full": lambda root: word(
         start_resident_pct(root, LMDB, int(walls(root).columns.max()))

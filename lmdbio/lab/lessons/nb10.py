@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .prose import claim_row, cores, csv, word  # noqa: F401
+from .prose import claim_row, cores, csv, word
 
 NB = "10_training"
 
@@ -144,8 +144,8 @@ FACTS: dict = {
     "pf_max_p": lambda root: int(prefetch(root).index.get_level_values(0).max()),
     "pf_change_p1_pct": lambda root: abs(_pf_change(1)(root)),
     "pf_word_p1": lambda root: word(_pf_change(1)(root) > 0, "slower", "faster"),
-    **{f"pf_change_p{p}_pct": (lambda p: lambda root: abs(_pf_change(p)(root)))(p) for p in (2, 4)},
-    **{f"pf_word_p{p}": (lambda p: lambda root: word(_pf_change(p)(root) > 0, "slower", "faster"))(p)
+    **{f"pf_change_p{p}_pct": (lambda at: lambda root: abs(_pf_change(at)(root)))(p) for p in (2, 4)},
+    **{f"pf_word_p{p}": (lambda at: lambda root: word(_pf_change(at)(root) > 0, "slower", "faster"))(p)
        for p in (2, 4)},
     "pf_n_faster": lambda root: sum(_pf_change(int(p))(root) < 0
                                     for p in prefetch(root).index.get_level_values(0).unique()),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .prose import claim_row, csv, word  # noqa: F401
+from .prose import claim_row, csv, word
 
 #: Phrases whose numbers come from a source, not from this project's results: phrase -> source.
 STATIC: dict[str, str] = {

@@ -48,7 +48,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import pandas as pd
 
@@ -273,7 +273,7 @@ def compare(notebook: str, results_root) -> pd.DataFrame:
     """A student's run beside the committed text: each fact from the committed results and from this run
     (a fact this run cannot give says why, in a sentence)."""
     ours, committed = facts(notebook, results_root), facts(notebook, COMMITTED)
-    show = lambda v: _unavailable(v) if isinstance(v, Exception) else _fmt(v)  # noqa: E731
+    show = lambda v: _unavailable(v) if isinstance(v, Exception) else _fmt(v)
     rows = [dict(fact=k, committed=show(committed[k]), this_run=show(ours[k])) for k in committed]
     return pd.DataFrame(rows).set_index("fact")
 

@@ -11,7 +11,7 @@ that used to be five cells in every notebook.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import pandas as pd
 

@@ -65,7 +65,7 @@ class Workload:
         """The global batch at ``nprocs`` processes under this workload's reading."""
         return self.batch_size if self.batch == "global" else self.batch_per_process * nprocs
 
-    def reading(self, batch: str) -> "Workload":
+    def reading(self, batch: str) -> Workload:
         """This workload under the batch reading ``batch`` ("global" or "per-process")."""
         if batch not in BATCH_READINGS:
             raise ConfigurationError(f"batch reading must be one of {', '.join(BATCH_READINGS)}, "
@@ -178,7 +178,7 @@ class Platform:
             return workload.flops_per_sample / self.core_flops
         return workload.compute_s_per_sample
 
-    def with_(self, **kw) -> "Platform":
+    def with_(self, **kw) -> Platform:
         return replace(self, **kw)
 
 

@@ -28,7 +28,7 @@ import os
 
 import numpy as np
 
-from .estimates import (BAND, PREFIX, Estimate, apply, draw, estimates,  # noqa: F401 - re-exported
+from .estimates import (BAND, PREFIX, Estimate, apply, draw, estimates,
                         latin_hypercube)
 from .platform import Platform
 

@@ -211,7 +211,7 @@ class MiniSlurm:
     def _save(self) -> None:
         (self.root / "pids.json").write_text(json.dumps(self.pids) + "\n")
 
-    def start(self, timeout: float = 90.0) -> "MiniSlurm":
+    def start(self, timeout: float = 90.0) -> MiniSlurm:
         """Write the config, start the daemons, wait until every node is idle."""
         ok, why = available()
         if not ok:
@@ -292,7 +292,7 @@ class MiniSlurm:
         elif (self.root / "pids.json").exists():
             (self.root / "pids.json").unlink()
 
-    def __enter__(self) -> "MiniSlurm":
+    def __enter__(self) -> MiniSlurm:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 from itertools import product
-from typing import Iterable
+from collections.abc import Iterable
 
 from lmdbio.options import parse_variant
 

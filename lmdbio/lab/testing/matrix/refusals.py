@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from lmdbio import registry
 from lmdbio.options import AUTO_LOCAL, AUTO_SHARED, AUTO_SHARED_NO_PROV

@@ -6,7 +6,7 @@ import functools
 import os
 from dataclasses import fields
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 from .combos import Combo
 from .pool import full_matrix

@@ -13,7 +13,7 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from lmdbio.errors import ConfigurationError
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from itertools import combinations
-from typing import Iterable
+from collections.abc import Iterable
 
 from lmdbio.errors import ConfigurationError
 
