@@ -25,8 +25,7 @@ def read_extents(fd: int, buf: np.ndarray, ext_start: np.ndarray, ext_len: np.nd
     Returns ``(bytes, calls)``. A short read (file truncated under us) is an
     LmdbioError, never a half-filled batch.
     """
-    # An ndarray is a buffer; numpy's stubs declare __buffer__ for Python 3.12 and later only.
-    mv = memoryview(buf).cast("B")  # type: ignore[arg-type]
+    mv = buf.data.cast("B")
     pos = 0
     calls = 0
     for off, length in zip(ext_start.tolist(), ext_len.tolist()):
