@@ -131,7 +131,7 @@ def test_checker_reports_a_claim_named_with_another_quantity(tmp_path, facts07):
                      "*C2 (LMM/LMDB) and C1 (I/O share, notebook 02) in each setting.*",
                      "*T (full stack/LMDB training time) in each setting.*")
     (problem,) = prose.check_notebook(path)
-    assert problem.cell == 1 and f"claims.py names it {claims.claim('T').short!r}" in problem.detail
+    assert problem.cell == 1 and f"lmdbio.lab.claims names it {claims.claim('T').short!r}" in problem.detail
 
 
 def test_checker_reports_figure_text_a_notebook_types(tmp_path, facts07):

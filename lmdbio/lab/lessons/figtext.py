@@ -141,7 +141,7 @@ def claim_name_problems(claims_list=None) -> list[Problem]:
     for c in claims_list if claims_list is not None else (*claims.CLAIMS, claims.TRAINING):
         a, b = _ratio_terms(c.short), _ratio_terms(c.ylabel or c.short)
         if a and b and a != b:
-            out.append(Problem("lmdbio/lab/claims.py", c.id, c.short,
+            out.append(Problem("lmdbio/lab/claims/", c.id, c.short,
                                      f"{c.id}'s criterion names {c.short!r} and its axis {c.ylabel!r}: the "
                                      f"legend and the axis put the ratio different ways round", "claim"))
     return out

@@ -35,7 +35,7 @@ STATIC: dict[str, str] = {
     "1 ms per request": "lmdbio/lab/pfs/profiles.toml (gpfs-2017 latency)",
     "256 KiB stripes": "lmdbio/lab/pfs/profiles.toml (gpfs-2017 stripe size)",
     "10-100,000 s": "the poster's time axis (PAPER.md), claim A1's criterion",
-    ">= 0.5": "claim C1's criterion (lmdbio/lab/claims.py)",
+    ">= 0.5": "claim C1's criterion (lmdbio/lab/claims/)",
 }
 
 
@@ -108,7 +108,7 @@ def _kib_per_fault(root, p) -> float:
 
 
 def _loop_share(root, p, col) -> float:
-    """``col``'s share of LMDB's loop at P (medians over repeats, as claims.py's context says)."""
+    """``col``'s share of LMDB's loop at P (medians over repeats, as lmdbio.lab.claims' context says)."""
     s = _lmdb_imagenet(root)
     s = s[s["nprocs"] == p]
     med = s[PARTS].median()

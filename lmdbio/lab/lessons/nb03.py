@@ -16,9 +16,9 @@ STATIC: dict[str, str] = {
     "else smaller or larger": "lmdbio.lab.claims.magnitude's words",
     "about 20x": "HPCC 2017 (LMDBIO-LMM over Caffe's LMDB at scale, claim C2's paper factor)",
     "up to about 20x": "HPCC 2017 (claim C2)",
-    "against 20x": "HPCC 2017's IEEE abstract, nearly 20-fold (claim C2's paper_factor in lmdbio/lab/claims.py)",
+    "against 20x": "HPCC 2017's IEEE abstract, nearly 20-fold (claim C2's paper_factor in lmdbio/lab/claims/)",
     "against 2x": "HPCC 2017 in a stored transcript, nearly 2-fold (docs/model.md, LMM's nearly 20-fold)",
-    ">= 1.2": "claim C2's criterion (lmdbio/lab/claims.py)",
+    ">= 1.2": "claim C2's criterion (lmdbio/lab/claims/)",
     "1 ms per request": "lmdbio/lab/pfs/profiles.toml (gpfs-2017 latency)",
     "25% validation": "the model's validation criterion (model_validation/criterion.csv)",
     "DM over 30x LMDB's rate and 2x LMM's, implies about 15x":

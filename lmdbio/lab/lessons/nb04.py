@@ -17,10 +17,10 @@ STATIC: dict[str, str] = {
     "about 2x faster than LMDBIO-LMM and more than 30x faster than LMDB": "ICPADS 2017 (claim C3)",
     "about 2x": "ICPADS 2017 (LMDBIO-DM over LMDBIO-LMM, claim C3's paper factor)",
     "more than 30x": "ICPADS 2017 (LMDBIO-DM over LMDB at scale)",
-    ">= 1.2": "claim C3's criterion (lmdbio/lab/claims.py)",
+    ">= 1.2": "claim C3's criterion (lmdbio/lab/claims/)",
     "1 ms per request": "lmdbio/lab/pfs/profiles.toml (gpfs-2017 latency)",
     "25% validation": "the model's validation criterion (model_validation/criterion.csv)",
-    "a factor of 10": "claims.py UNINFORMATIVE (a model band wider than 10x says little)",
+    "a factor of 10": "lmdbio.lab.claims.UNINFORMATIVE (a model band wider than 10x says little)",
 }
 
 

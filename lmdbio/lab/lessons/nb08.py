@@ -88,8 +88,8 @@ STATIC: dict[str, str] = {
     "STAG can only pay where far more streams share each storage target than here":
         ("an inference from the four measured settings (none reproduces C7) and TOPC 2019's setting (problem "
          "5)"),
-    "criterion of 1.2": "lmdbio/lab/claims.py: C7's criterion (STAG/no STAG >= 1.2)",
-    "toward 1.2": "lmdbio/lab/claims.py: C7's criterion (STAG/no STAG >= 1.2)",
+    "criterion of 1.2": "lmdbio/lab/claims/: C7's criterion (STAG/no STAG >= 1.2)",
+    "toward 1.2": "lmdbio/lab/claims/: C7's criterion (STAG/no STAG >= 1.2)",
 }
 
 #: Fact name -> function of a results root (data/results, or a scratch run's results).

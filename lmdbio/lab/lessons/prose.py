@@ -28,7 +28,7 @@ Words are checked as numbers are. A sentence with a comparison word
 or the phrase around the word is in ``STATIC``; questions, and the cells that
 ask or instruct (:data:`INSTRUCTIONS`), state nothing and are skipped. A claim
 named with its quantity, ``C2 (LMM/LMDB)``, names it as
-``lmdbio/lab/claims.py`` does.
+``lmdbio/lab/claims/`` does.
 
 Figure text is checked where it is written: the string literals of the
 figure modules (:data:`FIGURE_MODULES`: titles, labels, legends,
@@ -246,7 +246,7 @@ def _claim_name_problems(nb: str, i: int, text: str) -> list[Problem]:
         short = claims.claim(m["id"]).short
         if not (m["name"] == short or m["name"].startswith((short + ", ", short + "; "))):
             out.append(Problem(nb, i, m.group(0), f"names {m['id']}'s quantity {m['name']!r}; "
-                                                   f"lmdbio/lab/claims.py names it {short!r}"))
+                                                   f"lmdbio.lab.claims names it {short!r}"))
     return out
 
 
