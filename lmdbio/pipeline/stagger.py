@@ -55,7 +55,8 @@ class Stagger:
             me = self.names[self.comm.rank]
             wait_request(self.comm.irecv(source=self.prev, tag=self.TAG), what=(
                 f"rank {me}: {self._who(self.prev)}, a reader of the previous stagger group, did "
-                f"not pass its turn {self._turn} (it stopped answering or stopped reading)"))
+                f"not pass its turn {self._turn} (it stopped answering or stopped reading)"),
+                who=[self.names[self.prev]])
         self._turn += 1
 
     def pass_turn(self) -> None:
@@ -65,14 +66,16 @@ class Stagger:
             for j in range(self.first + 1, self.last + 1):
                 wait_request(self.comm.irecv(source=j, tag=self.DONE), what=(
                     f"rank {me}: {self._who(j)}, a reader of its stagger group, did not finish its "
-                    f"turn {self._turn - 1} (it stopped answering or stopped reading)"))
+                    f"turn {self._turn - 1} (it stopped answering or stopped reading)"),
+                    who=[self.names[j]])
             for j in range(self.first + 1, self.last + 1):
                 self._send(j, self.GO, "the release of its stagger group")
         else:
             self._send(self.first, self.DONE, "the end of its group's turn")
             wait_request(self.comm.irecv(source=self.first, tag=self.GO), what=(
                 f"rank {me}: {self._who(self.first)}, the first reader of its stagger group, did "
-                f"not confirm turn {self._turn - 1} (it stopped answering or stopped reading)"))
+                f"not confirm turn {self._turn - 1} (it stopped answering or stopped reading)"),
+                who=[self.names[self.first]])
         if self.next is not None:
             self._send(self.next, self.TAG, "its turn")
         self._settle(4 * (self.size + 2))
@@ -94,7 +97,7 @@ class Stagger:
                     f"rank {me}: {self._who(dest)}, a reader of the "
                     f"{'next' if dest == self.next else 'same'} stagger group, did not take "
                     f"{what} within {timeout():g} s (LMDBIO_TIMEOUT): it stopped reading, is "
-                    "stopped or exited")
+                    "stopped or exited", missing=[self.names[dest]], limit=timeout())
             self._pending.pop(0)
 
     def close(self) -> None:
