@@ -18,7 +18,7 @@ from .pipeline.epoch import plan_of
 from .resume import STATE_VERSION
 from .shuffle import DEFAULT_PARTITIONS
 from .snapshot import agree_snapshot, content_digest
-from .topology import Topology, check_node_args, make_topology
+from .topology import Topology, check_node_args, make_topology, node_path
 
 __all__ = ["Reader", "Batch", "collective", "STATE_VERSION"]
 
@@ -155,7 +155,7 @@ class Reader(Closing):
             check_node_args(ranks_per_node, readers_per_node)
             plan = plan_of(**orders)
             self.batch_size = check_batch_size(batch_size, self.nprocs)
-            f = db_file(str(path).replace("{node}", str(node)))
+            f = db_file(local)
             opts, auto = resolve_variant(variant, options, f, chooser=self.rank == 0,
                                          coalesce_bytes=coalesce_bytes, stagger_size=stagger_size)
             if opts is not None and opts.localized and comm.mpi is None and auto is None:
@@ -166,10 +166,7 @@ class Reader(Closing):
                     ", or launch with mpiexec")
             return opts, auto, f, plan
 
-        # {node}: every rank takes part in finding node numbers if any rank needs them.
-        node = None
-        if comm.allreduce(1 if "{node}" in str(path) else 0, "max"):
-            node = comm.collective(comm.node_number, ranks_per_node)
+        local = node_path(comm, path, ranks_per_node)   # {node}: this rank's node's copy
         self.options, auto, self.path, plan = comm.collective(check_args)
         #: variant="auto": why this variant was chosen ("" otherwise). Rank 0's choice holds
         #: for every rank, so all read the same way.

@@ -102,6 +102,18 @@ def sensitivity(platform: Platform | str, procs, variants=("all",), workloads=No
     return rows
 
 
+#: joint.csv keeps 6 significant digits and leaves out the words that name a sample's dominant
+#: phase and mechanism: bands, deciders and Sobol indices read numbers only, and the words of
+#: the central prediction are in predictions.csv (512 samples x 14 rows would pass 3 MB).
+JOINT_FLOAT = "%.6g"
+JOINT_WORDS = ("dominant_phase", "dominant_io_phase", "dominant_mechanism")
+
+
+def joint_frame(frame):
+    """The joint samples as joint.csv stores them (without :data:`JOINT_WORDS`)."""
+    return frame.drop(columns=[c for c in JOINT_WORDS if c in frame.columns])
+
+
 def band_columns(rows: list[dict], sens: list[dict]) -> list[dict]:
     """``rows`` with ``total_s_low``/``total_s_high`` (and per iteration): the extremes over ``sens``."""
     import pandas as pd
@@ -157,7 +169,10 @@ def write_predictions(rows: list[dict], out_dir, config: dict, platform: Platfor
     for name, data in (("sensitivity.csv", sens), ("joint.csv", joint), ("verdict_map.csv", maps),
                        ("sobol.csv", sobol)):
         if data:
-            pd.DataFrame(data).to_csv(out / name, index=False)
+            frame = pd.DataFrame(data)
+            if name == "joint.csv":
+                frame = joint_frame(frame)
+            frame.to_csv(out / name, index=False, float_format=JOINT_FLOAT if name == "joint.csv" else None)
             written.append(name)
         elif (out / name).exists():
             (out / name).unlink()
