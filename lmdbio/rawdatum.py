@@ -184,6 +184,42 @@ class _Layout:
                                    columns)
         return got
 
+    def steps(self, n: int) -> bytes:
+        """The offsets of ``n`` records of this layout back to back from 0, as int64 bytes."""
+        key = ("steps", n)
+        got = self._by_n.get(key)
+        if got is None:
+            got = self._by_n[key] = (np.arange(n, dtype=np.int64) * self.size).tobytes()
+        return got
+
+    def _back_to_back(self, buf: np.ndarray, o0: int, n: int, heads: bytes, columns, out,
+                      hwc: bool, view: bool):
+        """:meth:`decode` of ``n`` records that lie back to back from ``o0`` (as DIO's fetch
+        lays a batch out): plain slices of one ``(n, size)`` view, no fancy index; the images
+        a read-only strided view of ``buf`` when ``view`` and no ``out``."""
+        rows = buf[o0:o0 + n * self.size].reshape(n, self.size)
+        if rows[:, :len(self.header)].tobytes() != heads:
+            return None
+        tails = rows[:, self.tail_at:].tobytes()
+        if not tails[1::self.tail_len].isascii() or \
+                any(tails[j::self.tail_len] != want for j, want in columns):
+            return None
+        labels = np.frombuffer(tails[1::self.tail_len], np.uint8).astype(np.int64)
+        c, h, w = self.shape
+        images = np.ndarray((n, c, h, w), np.uint8, buf, o0 + len(self.header),
+                            (self.size, h * w, w, 1))
+        if out is not None:
+            _copy(_chw(out, hwc), images)
+            return out, labels
+        if view:
+            images.flags.writeable = False
+            return (images.transpose(0, 2, 3, 1) if hwc else images), labels
+        if hwc:
+            out = np.empty((n, h, w, c), np.uint8)
+            _copy(_chw(out, True), images)
+            return out, labels
+        return images.copy(), labels
+
     def decode(self, buf: np.ndarray, offsets: np.ndarray, sizes: bytes, out, hwc: bool,
                view: bool):
         """``(images, labels)`` if every record is of this layout, else None (nothing written).
@@ -196,6 +232,9 @@ class _Layout:
         if sizes != want_sizes or len(buf) < self.size or \
                 (out is not None and _chw(out, hwc).shape[1:] != self.shape):
             return None
+        o0 = int(offsets[0])
+        if o0 + n * self.size <= len(buf) and (offsets - o0).tobytes() == self.steps(n):
+            return self._back_to_back(buf, o0, n, heads, columns, out, hwc, view)
         # Row o of ``records`` is the ``size`` bytes from offset o: one fancy index per part
         # takes that part of every record (an offset past the end raises IndexError).
         records = np.ndarray((len(buf) - self.size + 1, self.size), np.uint8, buf, 0, (1, 1))

@@ -18,9 +18,12 @@ def _images(n=N, shape=SHAPE, seed=0):
     return np.random.default_rng(seed).integers(0, 256, (n, *shape), dtype=np.uint8)
 
 
-def _at_stride(values, stride: int | None = None) -> Batch:
-    """A Batch with record i at ``i * stride`` (None: irregular gaps)."""
-    if stride is None:
+def _at_stride(values, stride: int | str | None = None) -> Batch:
+    """A Batch with record i at ``i * stride`` (None: irregular gaps; "packed": back to back,
+    as DIO's fetch lays a batch out)."""
+    if stride == "packed":
+        offsets = np.cumsum([0, *(len(v) for v in values[:-1])])
+    elif stride is None:
         offsets = np.cumsum([0, *(len(v) + 1 + i % 3 for i, v in enumerate(values[:-1]))])
     else:
         assert stride >= max(len(v) for v in values)
@@ -44,10 +47,11 @@ def _reordered(blob: bytes) -> bytes:
     return bytes([0x18, d.width, 0x10, d.height, 0x08, d.channels]) + blob[6:]
 
 
-def test_one_stride_gives_a_read_only_view_of_the_buffer():
+@pytest.mark.parametrize("stride", [128, "packed"])
+def test_one_stride_gives_a_read_only_view_of_the_buffer(stride):
     imgs = _images()
     values = [datum.encode(im, i % 100) for i, im in enumerate(imgs)]
-    b = _at_stride(values, 128)
+    b = _at_stride(values, stride)
     images, labels = b.as_datum_array(copy=False)
     assert np.shares_memory(images, b.buffer) and not images.flags.writeable
     assert np.array_equal(images, imgs) and np.array_equal(labels, np.arange(N) % 100)
@@ -83,7 +87,7 @@ ODDS = {
 
 
 @pytest.mark.parametrize("copy", [True, False])
-@pytest.mark.parametrize("stride", [128, None])
+@pytest.mark.parametrize("stride", [128, "packed", None])
 @pytest.mark.parametrize("odd", ODDS)
 def test_a_record_off_the_template_mid_batch_decodes_as_the_slow_path(odd, stride, copy):
     imgs = _images(seed=2)
@@ -102,3 +106,17 @@ def test_a_record_off_the_template_mid_batch_decodes_as_the_slow_path(odd, strid
     assert not np.shares_memory(images, b.buffer)
     hwc, _ = b.as_datum_array(copy=copy, layout="HWC")
     assert np.array_equal(hwc, want_images.transpose(0, 2, 3, 1))
+
+
+def test_records_back_to_back_fill_the_callers_array_in_either_layout():
+    imgs = _images(seed=3)
+    b = _at_stride([datum.encode(im, i) for i, im in enumerate(imgs)], "packed")
+    for out in (np.zeros((N, *SHAPE), np.uint8), np.zeros((N, 3, 6, 12), np.uint8)[..., ::2]):
+        got, labels = b.as_datum_array(out=out)
+        assert got is out and np.array_equal(out, imgs) and list(labels) == list(range(N))
+    hwc, _ = b.as_datum_array(layout="HWC")
+    assert hwc.flags.c_contiguous and not np.shares_memory(hwc, b.buffer)
+    assert np.array_equal(hwc, imgs.transpose(0, 2, 3, 1))
+    into = np.zeros((N, 6, 6, 3), np.uint8)
+    assert b.as_datum_array(out=into, layout="HWC")[0] is into
+    assert np.array_equal(into, imgs.transpose(0, 2, 3, 1))

@@ -29,6 +29,7 @@ from lmdbio.metrics import PhaseRecorder
 from lmdbio.pipeline import EpochPlan, epoch_rows
 from lmdbio.pipeline.coalesce import Coalesce
 from lmdbio.pipeline.distribute import NodeGroup, Private, PrivateSlots
+from lmdbio.pipeline import fetch
 from lmdbio.pipeline.fetch import MmapCopy, Preadv
 from lmdbio.pipeline.index import Index
 from lmdbio.pipeline.key import Key
@@ -302,6 +303,31 @@ def test_preadv_fills_the_buffer_so_offsets_slice_out_each_record(db, expected, 
     assert row["calls"] == len(start)   # one preadv per extent (no short reads here)
     if gap == 0:
         assert len(start) > 10          # records this far apart: many extents
+
+
+@pytest.mark.parametrize("gap,iov_max", [(64 << 10, 1024), (0, 1024), (64 << 10, 3)])
+def test_preadv_scatters_each_record_back_to_back_in_batch_order(db, expected, index, gap,
+                                                                 iov_max, monkeypatch):
+    """No record asked twice: each lands right after the one before it in the order asked (no
+    page headers or leaf pages between), one preadv per extent (per ``_IOV_MAX`` pieces)."""
+    monkeypatch.setattr(fetch, "_IOV_MAX", iov_max)
+    pos = np.random.default_rng(5).permutation(N)[:60]
+    sizes = index.sizes[pos].astype(np.int64)
+    start, length, buf_off = plan_extents(index.offsets[pos], sizes, max_gap=gap)
+    f = Preadv()
+    f.open(db_file(db))
+    try:
+        alloc, row = Alloc(slack=16), {}
+        offsets, got_sizes = f.fetch(Extents(start, length, buf_off, sizes), alloc, row)
+    finally:
+        f.close()
+    assert offsets.tolist() == (np.cumsum(sizes) - sizes).tolist()
+    assert bytes(alloc.buf[:int(sizes.sum())]) == b"".join(expected[p] for p in pos)
+    assert bytes(alloc.buf[int(sizes.sum()):]) == b"\xee" * 16   # nothing past the records
+    assert alloc.asked == [int(sizes.sum())]
+    assert row["bytes"] == int(length.sum())
+    pieces = fetch.Scatter.plan(Extents(start, length, buf_off, sizes)).length
+    assert row["calls"] >= len(start) and (iov_max > len(pieces) or row["calls"] > len(start))
 
 
 def test_preadv_short_read_is_an_error_not_a_half_filled_buffer(db):

@@ -2,12 +2,16 @@
 
 :class:`MmapCopy` copies values out of LMDB's map (where an mmap reader
 takes its page faults); :class:`Preadv` reads planned extents with one
-``os.preadv`` each (DIO). ``fetch(located, alloc, row)`` fills
-``alloc(nbytes)`` and returns the records' ``(offsets, sizes)`` in it.
+``preadv`` each (DIO), scattering the records back to back in their batch
+order (:class:`Scatter`): the kernel's copy is the only one, and a batch of
+same-size records lies at one stride, so their Datum images are a view of
+the buffer. ``fetch(located, alloc, row)`` fills ``alloc(nbytes)`` and
+returns the records' ``(offsets, sizes)`` in it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 import numpy as np
@@ -15,7 +19,7 @@ import numpy as np
 from ..errors import LmdbioError
 from .stage import Extents, Fetcher, Views
 
-__all__ = ["MmapCopy", "Preadv", "copy_values", "read_extents"]
+__all__ = ["MmapCopy", "Preadv", "Scatter", "copy_values", "read_extents"]
 
 
 def read_extents(fd: int, buf: np.ndarray, ext_start: np.ndarray, ext_len: np.ndarray,
@@ -29,18 +33,25 @@ def read_extents(fd: int, buf: np.ndarray, ext_start: np.ndarray, ext_len: np.nd
     pos = 0
     calls = 0
     for off, length in zip(ext_start.tolist(), ext_len.tolist()):
-        done = 0
-        while done < length:
-            got = os.preadv(fd, [mv[pos + done:pos + length]], off + done)
-            calls += 1
-            if got <= 0:
-                raise LmdbioError(
-                    f"{path}: short read at byte {off + done} ({length - done} bytes missing); "
-                    "the file was truncated or replaced while reading - rebuild the index/provenance "
-                    "and restart")
-            done += got
+        calls += _read_into(fd, mv[pos:pos + length], off, path)
         pos += length
     return pos, calls
+
+
+def _read_into(fd: int, mv: memoryview, off: int, path: str) -> int:
+    """Fill ``mv`` from file offset ``off`` (``os.preadv`` until full); returns the calls made.
+    A short read (file truncated under us) is an LmdbioError, never a half-filled batch."""
+    done, length, calls = 0, len(mv), 0
+    while done < length:
+        got = os.preadv(fd, [mv[done:]], off + done)
+        calls += 1
+        if got <= 0:
+            raise LmdbioError(
+                f"{path}: short read at byte {off + done} ({length - done} bytes missing); "
+                "the file was truncated or replaced while reading - rebuild the index/provenance "
+                "and restart")
+        done += got
+    return calls
 
 
 def copy_values(values: list, alloc) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -58,6 +69,110 @@ def copy_values(values: list, alloc) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return buf, offsets, sizes
 
 
+def _libc_preadv():
+    """libc's ``preadv`` through ctypes (one call takes a whole iovec array built with numpy,
+    where ``os.preadv`` would need a Python memoryview per piece), or None."""
+    try:
+        f = ctypes.CDLL(None, use_errno=True).preadv
+    except (OSError, AttributeError):
+        return None
+    f.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
+    f.restype = ctypes.c_ssize_t
+    return f
+
+
+_PREADV = _libc_preadv()
+_IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024)
+
+
+class Scatter:
+    """Where each byte of planned extents goes when the records are laid back to back.
+
+    The extents of :func:`lmdbio.plan.plan_extents` are one stream of bytes
+    (record i at stream position ``buf_off[i]``). Here record i goes to
+    ``offsets[i]``, the records back to back in their own order (a batch's
+    order), and every byte between records (page headers, leaf pages, other
+    ranks' records inside the extent) to one scratch area. ``pieces``: each
+    piece's stream position, length and destination (-1: scratch), in stream
+    order; ``calls``: ``(first piece, end piece, file offset)``, one
+    ``preadv`` each, within one extent and at most ``_IOV_MAX`` pieces.
+    None when two records overlap (one record asked twice): no byte can go to
+    two places in one read.
+    """
+
+    __slots__ = ("offsets", "pos", "length", "dest", "calls", "gap")
+
+    @classmethod
+    def plan(cls, located: Extents) -> Scatter | None:
+        sizes = located.sizes
+        n = len(sizes)
+        if n == 0:
+            return None
+        order = np.argsort(located.buf_off, kind="stable")
+        at, size = located.buf_off[order], sizes[order]
+        gap = np.empty(n, np.int64)
+        gap[0] = at[0]
+        np.subtract(at[1:], at[:-1] + size[:-1], out=gap[1:])
+        if gap.min() < 0:
+            return None
+        self = cls()
+        self.offsets = np.zeros(n, np.int64)
+        np.cumsum(sizes[:-1], out=self.offsets[1:])
+        # Two pieces per record, a gap then the record; empty gaps dropped.
+        length = np.empty((n, 2), np.int64)
+        length[:, 0], length[:, 1] = gap, size
+        dest = np.empty((n, 2), np.int64)
+        dest[:, 0], dest[:, 1] = -1, self.offsets[order]
+        keep = (length > 0).ravel()
+        self.length, self.dest = length.ravel()[keep], dest.ravel()[keep]
+        self.pos = np.cumsum(self.length) - self.length
+        self.gap = int(gap.max())
+        # Calls: a new one where an extent starts, and every _IOV_MAX pieces.
+        base = np.cumsum(located.length) - located.length
+        ext = np.searchsorted(base, self.pos, side="right") - 1
+        starts = np.flatnonzero(np.diff(ext, prepend=-1))
+        calls = []
+        for a, b in zip(starts.tolist(), [*starts[1:].tolist(), len(ext)]):
+            e = int(ext[a])
+            for c in range(a, b, _IOV_MAX):
+                calls.append((c, min(b, c + _IOV_MAX),
+                              int(located.start[e]) + int(self.pos[c]) - int(base[e])))
+        self.calls = calls
+        return self
+
+    def read(self, fd: int, buf: np.ndarray, scratch: np.ndarray, path: str) -> int:
+        """Read every call into ``buf`` (and the scratch); returns the ``preadv`` calls made.
+        A short read (a signal, the file cut under us) is finished piece by piece."""
+        iov = np.empty((len(self.length), 2), np.uint64)
+        iov[:, 0] = np.where(self.dest < 0, scratch.ctypes.data, buf.ctypes.data + self.dest)
+        iov[:, 1] = self.length
+        ptr, ends = iov.ctypes.data, np.cumsum(self.length)
+        calls = 0
+        for a, b, off in self.calls:
+            want = int(ends[b - 1]) - int(ends[a] - self.length[a])
+            got = _PREADV(fd, ptr + 16 * a, b - a, off)
+            calls += 1
+            if got != want:
+                if got < 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"{path}: preadv: {os.strerror(err)}")
+                calls += self._finish(fd, buf, scratch, a, b, off, got, path)
+        return calls
+
+    def _finish(self, fd, buf, scratch, a, b, off, done, path) -> int:
+        """After a short read of ``done`` bytes of call ``[a, b)``: the rest, piece by piece."""
+        calls, at = 0, off
+        for i in range(a, b):
+            n, d = int(self.length[i]), int(self.dest[i])
+            skip = min(done, n)
+            done -= skip
+            if skip < n:
+                target = scratch[:n] if d < 0 else buf[d:d + n]
+                calls += _read_into(fd, target.data.cast("B")[skip:], at + skip, path)
+            at += n
+        return calls
+
+
 class MmapCopy(Fetcher):
     """Copy values out of LMDB's map, one at a time, as Caffe does (its page faults happen here)."""
 
@@ -71,23 +186,36 @@ class MmapCopy(Fetcher):
 
 
 class Preadv(Fetcher):
-    """DIO: read planned extents straight into the buffer, one ``os.preadv`` per extent."""
+    """DIO: read planned extents, one ``preadv`` per extent (at most ``_IOV_MAX`` pieces),
+    each record straight to its place in the buffer, back to back in batch order
+    (:class:`Scatter`); the bytes between records go to a scratch area. Without libc's
+    ``preadv``, or with a record asked twice, the extents are read back to back as they are
+    (:func:`read_extents`)."""
 
     name = "preadv"
 
     def __init__(self):
         self.fd = -1
         self.path = ""
+        self._scratch = np.empty(0, np.uint8)
 
     def open(self, path) -> None:
         self.path = str(path)
         self.fd = os.open(path, os.O_RDONLY)
 
     def fetch(self, located: Extents, alloc, row: dict) -> tuple[np.ndarray, np.ndarray]:
-        buf = alloc(int(located.length.sum()))
-        row["bytes"], row["calls"] = read_extents(self.fd, buf, located.start, located.length,
-                                                  self.path)
-        return located.buf_off, located.sizes
+        plan = Scatter.plan(located) if _PREADV is not None else None
+        if plan is None:
+            buf = alloc(int(located.length.sum()))
+            row["bytes"], row["calls"] = read_extents(self.fd, buf, located.start,
+                                                      located.length, self.path)
+            return located.buf_off, located.sizes
+        buf = alloc(int(located.sizes.sum()))
+        if len(self._scratch) < plan.gap:
+            self._scratch = np.empty(max(plan.gap, 4096), np.uint8)
+        row["calls"] = plan.read(self.fd, buf, self._scratch, self.path)
+        row["bytes"] = int(located.length.sum())
+        return plan.offsets, located.sizes
 
     def close(self) -> None:
         if self.fd >= 0:
