@@ -12,6 +12,9 @@ default all that apply):
 - ``read``: ``read_batch()`` only (records in a buffer, not decoded);
 - ``batch``: ``read_batch()`` decoded by ``datum.decode_many`` (what
   ``as_datum_array()`` calls): images and labels;
+- ``view``: ``read_batch()`` decoded with ``copy=False``: raw Datums of one layout
+  that DIO's fetch laid back to back are a read-only view of the batch's buffer
+  (the kernel's copy the only one), valid until the second following read_batch();
 - ``protobuf``: read_batch() and protobuf per record in a Python loop (the
   decode before the batch decoder), for scale;
 - ``dali``: NVIDIA DALI's ``fn.readers.caffe`` on CPU, ``num_shards=P,
@@ -69,6 +72,7 @@ def timed(step) -> tuple[float, float]:
 with lmdbio.Reader(db, batch, comm, variant=variant, measure=False) as r:
     steps = {"read": r.read_batch,
              "batch": lambda: datum.decode_many(r.read_batch(), threads=threads),
+             "view": lambda: datum.decode_many(r.read_batch(), threads=threads, copy=False),
              "protobuf": lambda: protobuf_loop(r.read_batch())}
     pipe = None
     if "dali" in series:

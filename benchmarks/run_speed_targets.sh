@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 45's speed targets, measured: a benchmark, it prints and writes results and asserts
 # nothing. Every ratio is taken within one run, REPEATS (3) interleaved repeats:
-#   1. decoded / raw at P = 1, 4, 16: read_batch() + as_datum_array() against read_batch()
-#      alone (benchmarks/bench_decode.py, series read,batch; cifar10 60k, warm, B = 256);
+#   1. decoded / raw at P = 1, 4, 16: read_batch() + as_datum_array() (a new array) and
+#      + as_datum_array(copy=False) (a view of the batch) against read_batch() alone
+#      (benchmarks/bench_decode.py, series read,batch,view; cifar10 60k, warm, B = 256);
 #   2. where a rank-batch's time goes, auto and raw, at P = 1, 4, 16
 #      (benchmarks/bench_batch_steps.py: plan/locate, fetch, hand-off, batch object, Python
 #      overhead, decode; steps_pP.csv), then auto / raw at P = 16 with `lmdbio bench`;
@@ -49,11 +50,11 @@ pp=.
 [ -d "$DALI_PATH/nvidia" ] && pp=".:$DALI_PATH"
 echo "== $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null) $(nproc) CPUs, load $(cut -d' ' -f1 /proc/loadavg)"
 
-echo "== 1. decoded / raw (bench_decode.py read,batch), $cifar, $(date +%T)"
+echo "== 1. decoded / raw (bench_decode.py read,batch,view), $cifar, $(date +%T)"
 for p in $PROCS; do
     echo "-- P = $p"
     PYTHONPATH=$pp "$BIN/mpiexec" -n "$p" "$BIN/python" benchmarks/bench_decode.py "$cifar" auto \
-        "$ITERS" "$REPEATS" read,batch 1
+        "$ITERS" "$REPEATS" read,batch,view 1
 done
 
 echo "== 2. per-step cost of a rank-batch, auto and raw (bench_batch_steps.py), $(date +%T)"

@@ -313,12 +313,15 @@ def test_preadv_scatters_each_record_back_to_back_in_batch_order(db, expected, i
     monkeypatch.setattr(fetch, "_IOV_MAX", iov_max)
     pos = np.random.default_rng(5).permutation(N)[:60]
     sizes = index.sizes[pos].astype(np.int64)
+    located = fetch.Scatter.locate(index.offsets[pos].astype(np.int64), sizes, max_gap=gap)
     start, length, buf_off = plan_extents(index.offsets[pos], sizes, max_gap=gap)
+    assert [located.start.tolist(), located.length.tolist(), located.buf_off.tolist()] == \
+        [start.tolist(), length.tolist(), buf_off.tolist()]   # the extents plan_extents plans
     f = Preadv()
     f.open(db_file(db))
     try:
         alloc, row = Alloc(slack=16), {}
-        offsets, got_sizes = f.fetch(Extents(start, length, buf_off, sizes), alloc, row)
+        offsets, got_sizes = f.fetch(located, alloc, row)
     finally:
         f.close()
     assert offsets.tolist() == (np.cumsum(sizes) - sizes).tolist()
@@ -326,7 +329,7 @@ def test_preadv_scatters_each_record_back_to_back_in_batch_order(db, expected, i
     assert bytes(alloc.buf[int(sizes.sum()):]) == b"\xee" * 16   # nothing past the records
     assert alloc.asked == [int(sizes.sum())]
     assert row["bytes"] == int(length.sum())
-    pieces = fetch.Scatter.plan(Extents(start, length, buf_off, sizes)).length
+    pieces = located.scatter.length
     assert row["calls"] >= len(start) and (iov_max > len(pieces) or row["calls"] > len(start))
 
 

@@ -86,57 +86,81 @@ _IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_name
 
 
 class Scatter:
-    """Where each byte of planned extents goes when the records are laid back to back.
+    """Where each byte of a batch's planned extents goes when its records are laid back to back.
 
-    The extents of :func:`lmdbio.plan.plan_extents` are one stream of bytes
-    (record i at stream position ``buf_off[i]``). Here record i goes to
-    ``offsets[i]``, the records back to back in their own order (a batch's
-    order), and every byte between records (page headers, leaf pages, other
-    ranks' records inside the extent) to one scratch area. ``pieces``: each
-    piece's stream position, length and destination (-1: scratch), in stream
-    order; ``calls``: ``(first piece, end piece, file offset)``, one
-    ``preadv`` each, within one extent and at most ``_IOV_MAX`` pieces.
-    None when two records overlap (one record asked twice): no byte can go to
-    two places in one read.
+    The extents (:func:`lmdbio.plan.plan_extents`: records sorted by file
+    offset, merged while the hole to the next is at most ``max_gap`` bytes)
+    are read one ``preadv`` each; record i goes to ``offsets[i]``, the
+    records back to back in their own order (a batch's order), and every
+    byte between records (page headers, leaf pages, other ranks' records
+    inside an extent) to one scratch area of ``gap`` bytes. ``length``,
+    ``dest``: each piece's bytes and place (-1: the scratch), in file order;
+    ``calls``: ``(first piece, end piece, file offset)``, one ``preadv`` each,
+    within one extent and at most ``_IOV_MAX`` pieces.
     """
 
-    __slots__ = ("offsets", "pos", "length", "dest", "calls", "gap")
+    __slots__ = ("offsets", "length", "dest", "calls", "gap")
+    offsets: np.ndarray
+    length: np.ndarray
+    dest: np.ndarray
+    calls: list[tuple[int, int, int]]
+    gap: int
 
     @classmethod
-    def plan(cls, located: Extents) -> Scatter | None:
-        sizes = located.sizes
-        n = len(sizes)
+    def locate(cls, offsets: np.ndarray, sizes: np.ndarray, max_gap: int = 64 << 10
+               ) -> Extents:
+        """The records' :class:`Extents` (as :func:`~lmdbio.plan.plan_extents` plans them) with
+        their scatter (``Extents.scatter``; None when two records overlap, one record asked
+        twice: no byte can go to two places in one read), in one pass over the sorted
+        records."""
+        n = len(offsets)
         if n == 0:
-            return None
-        order = np.argsort(located.buf_off, kind="stable")
-        at, size = located.buf_off[order], sizes[order]
-        gap = np.empty(n, np.int64)
-        gap[0] = at[0]
-        np.subtract(at[1:], at[:-1] + size[:-1], out=gap[1:])
-        if gap.min() < 0:
-            return None
+            none = np.zeros(0, np.int64)
+            return Extents(none, none, none, sizes)
+        order = np.argsort(offsets, kind="stable")
+        s, z = offsets[order], sizes[order]
+        e = s + z
+        reach = np.maximum.accumulate(e)
+        hole = np.empty(n, np.int64)
+        hole[0] = max_gap + 1
+        np.subtract(s[1:], reach[:-1], out=hole[1:])
+        new = hole > max_gap
+        first = np.flatnonzero(new)
+        start = s[first]
+        length = np.maximum.reduceat(e, first) - start
+        ext = np.cumsum(new) - 1
+        buf_off = np.empty(n, np.int64)
+        buf_off[order] = (np.cumsum(length) - length)[ext] + (s - start[ext])
+        located = Extents(start, length, buf_off, sizes)
+        if hole.min() >= 0:
+            located.scatter = cls._of(order, s, z, np.where(new, 0, hole), first, sizes)
+        return located
+
+    @classmethod
+    def _of(cls, order, s, z, gap, first, sizes) -> Scatter:
         self = cls()
-        self.offsets = np.zeros(n, np.int64)
-        np.cumsum(sizes[:-1], out=self.offsets[1:])
-        # Two pieces per record, a gap then the record; empty gaps dropped.
+        n = len(s)
+        self.offsets = np.cumsum(sizes) - sizes
+        # Two pieces per record, the bytes before it in its extent then the record itself.
         length = np.empty((n, 2), np.int64)
-        length[:, 0], length[:, 1] = gap, size
+        length[:, 0], length[:, 1] = gap, z
         dest = np.empty((n, 2), np.int64)
         dest[:, 0], dest[:, 1] = -1, self.offsets[order]
-        keep = (length > 0).ravel()
+        at = np.empty((n, 2), np.int64)
+        at[:, 0], at[:, 1] = s - gap, s
+        keep = gap.astype(bool).repeat(2)
+        keep[1::2] = True   # records, even empty ones (a piece of 0 bytes reads nothing)
         self.length, self.dest = length.ravel()[keep], dest.ravel()[keep]
-        self.pos = np.cumsum(self.length) - self.length
         self.gap = int(gap.max())
-        # Calls: a new one where an extent starts, and every _IOV_MAX pieces.
-        base = np.cumsum(located.length) - located.length
-        ext = np.searchsorted(base, self.pos, side="right") - 1
-        starts = np.flatnonzero(np.diff(ext, prepend=-1))
+        # An extent's first piece is its first record (no gap before it): piece 2f - gaps
+        # dropped before record f. A call more every _IOV_MAX pieces.
+        piece = np.cumsum(keep) - 1
+        heads = piece[2 * first + 1].tolist()
+        pos = at.ravel()[keep]
         calls = []
-        for a, b in zip(starts.tolist(), [*starts[1:].tolist(), len(ext)]):
-            e = int(ext[a])
+        for a, b in zip(heads, [*heads[1:], len(self.length)]):
             for c in range(a, b, _IOV_MAX):
-                calls.append((c, min(b, c + _IOV_MAX),
-                              int(located.start[e]) + int(self.pos[c]) - int(base[e])))
+                calls.append((c, min(b, c + _IOV_MAX), int(pos[c])))
         self.calls = calls
         return self
 
@@ -204,7 +228,7 @@ class Preadv(Fetcher):
         self.fd = os.open(path, os.O_RDONLY)
 
     def fetch(self, located: Extents, alloc, row: dict) -> tuple[np.ndarray, np.ndarray]:
-        plan = Scatter.plan(located) if _PREADV is not None else None
+        plan = located.scatter if _PREADV is not None else None
         if plan is None:
             buf = alloc(int(located.length.sum()))
             row["bytes"], row["calls"] = read_extents(self.fd, buf, located.start,

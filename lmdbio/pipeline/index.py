@@ -14,7 +14,8 @@ from .. import tags
 from ..collective import collective
 from ..errors import LmdbioError, SnapshotError
 from ..recordindex import open_snapshot
-from ..plan import EpochSchedule, plan_extents, positions_touched
+from ..plan import EpochSchedule, positions_touched
+from .fetch import Scatter
 from .stage import Abilities, Extents, Locator
 
 __all__ = ["Index", "Table", "scatter_index"]
@@ -98,9 +99,9 @@ class Table(Locator):
                 raise LmdbioError(f"{self.path}: the table has no entries for some records of "
                                   f"batch {t} on (internal error: please report)")
             offs, size = self._off[i], self._size[i]
-            start, length, buf_off = plan_extents(offs, size)
-            row["extents"] = len(start)
-        return Extents(start, length, buf_off, size)
+            located = Scatter.locate(offs, size)
+            row["extents"] = len(located.start)
+        return located
 
     def close(self) -> None:
         if self.snapshot is not None:

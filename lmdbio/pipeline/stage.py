@@ -60,12 +60,15 @@ class Views:
 @dataclass
 class Extents:
     """Records as planned file extents (:func:`lmdbio.plan.plan_extents`): read
-    ``length[e]`` bytes at ``start[e]`` back to back; record i lands at ``buf_off[i]``."""
+    ``length[e]`` bytes at ``start[e]`` back to back; record i lands at ``buf_off[i]``.
+    ``scatter``: how to read them back to back instead (:class:`~.fetch.Scatter`), when
+    planned."""
 
     start: np.ndarray
     length: np.ndarray
     buf_off: np.ndarray
     sizes: np.ndarray
+    scatter: Any = None
 
 
 class Locator:

@@ -53,7 +53,7 @@ BLOCKS: dict[str, tuple[Piece, ...]] = {
                Piece("lmdbio/shm.py", "GroupBuffer.receive", start="h = self.header[slot]", stop="seq = wait_word("),
                Piece("lmdbio/pipeline/distribute.py", "NodeGroup.batch")),
     "04_dm": (Piece("lmdbio/pipeline/ring.py", "Ring.locate", start='rec.phase("ring_wait"'),),
-    "05_dio": (Piece("lmdbio/pipeline/fetch.py", "read_extents"),),
+    "05_dio": (Piece("lmdbio/pipeline/fetch.py", "Scatter.read"),),
     "06_prov": (Piece("lmdbio/pipeline/prov.py", "Prov.fill"),
                 Piece("lmdbio/provenance.py", "Provenance.extents")),
     "07_coal": (Piece("lmdbio/plan.py", "coalesce_batches"),
