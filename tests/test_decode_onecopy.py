@@ -120,3 +120,28 @@ def test_records_back_to_back_fill_the_callers_array_in_either_layout():
     into = np.zeros((N, 6, 6, 3), np.uint8)
     assert b.as_datum_array(out=into, layout="HWC")[0] is into
     assert np.array_equal(into, imgs.transpose(0, 2, 3, 1))
+
+
+@pytest.mark.parametrize("variant,shuffle", [("lmdbio-lmm-dio", False), ("lmdbio-direct", False),
+                                             ("lmdbio-lmm-dio-prov-coal-stag", True),
+                                             ("lmdbio-lmm", False)])
+def test_a_readers_batches_of_datums_are_views_of_its_buffer(datasets, variant, shuffle):
+    """Every fetcher lays a batch's records back to back (DIO's preadv scatter, the window's
+    gather, the mmap copy), so its CIFAR Datums are a view of the batch, in any order, on
+    the stream (records written in many transactions or in one) and in a shuffled epoch."""
+    import lmdb
+
+    import lmdbio
+
+    for name in ("cifar10", "one_txn"):
+        with lmdb.open(str(datasets[name]), readonly=True, lock=False) as env, \
+                env.begin() as txn:
+            values = [bytes(v) for _, v in txn.cursor()]
+        with lmdbio.Reader(datasets[name], 16, variant=variant, shuffle=shuffle,
+                           seed=3) as r:
+            # Every batch of an epoch: in file order some straddle a leaf page.
+            for b in r.epoch(0):
+                images, labels = b.as_datum_array(copy=False)
+                assert np.shares_memory(images, b.buffer), (variant, name)
+                want, want_labels = _slow([values[i] for i in b.indices.tolist()])
+                assert np.array_equal(images, want) and np.array_equal(labels, want_labels)

@@ -96,23 +96,24 @@ class Scatter:
     inside an extent) to one scratch area of ``gap`` bytes. ``length``,
     ``dest``: each piece's bytes and place (-1: the scratch), in file order;
     ``calls``: ``(first piece, end piece, file offset)``, one ``preadv`` each,
-    within one extent and at most ``_IOV_MAX`` pieces.
+    within one extent and at most ``_IOV_MAX`` pieces. ``twins``: ``(from, to, size)``
+    of a record asked twice, copied from its first place after the reads.
     """
 
-    __slots__ = ("offsets", "length", "dest", "calls", "gap")
+    __slots__ = ("offsets", "length", "dest", "calls", "gap", "twins")
     offsets: np.ndarray
     length: np.ndarray
     dest: np.ndarray
     calls: list[tuple[int, int, int]]
     gap: int
+    twins: list[tuple[int, int, int]]
 
     @classmethod
     def locate(cls, offsets: np.ndarray, sizes: np.ndarray, max_gap: int = 64 << 10
                ) -> Extents:
         """The records' :class:`Extents` (as :func:`~lmdbio.plan.plan_extents` plans them) with
-        their scatter (``Extents.scatter``; None when two records overlap, one record asked
-        twice: no byte can go to two places in one read), in one pass over the sorted
-        records."""
+        their scatter (``Extents.scatter``; None when two different records overlap), in
+        one pass over the sorted records."""
         n = len(offsets)
         if n == 0:
             none = np.zeros(0, np.int64)
@@ -132,14 +133,31 @@ class Scatter:
         buf_off = np.empty(n, np.int64)
         buf_off[order] = (np.cumsum(length) - length)[ext] + (s - start[ext])
         located = Extents(start, length, buf_off, sizes)
-        if hole.min() >= 0:
-            located.scatter = cls._of(order, s, z, np.where(new, 0, hole), first, sizes)
+        gap = np.where(new, 0, hole)
+        twin = np.zeros(n, bool)   # a record asked again (a stream wrapping in one chunk)
+        np.equal(s[1:], s[:-1], out=twin[1:])
+        twin[1:] &= z[1:] == z[:-1]
+        if not twin.any():
+            if hole.min() >= 0:
+                located.scatter = cls._of(order, s, z, gap, first, sizes)
+            return located
+        one = ~twin
+        if hole[one].min() < 0:   # records that overlap without being one: read as they lie
+            return located
+        scatter = cls._of(order[one], s[one], z[one], gap[one], np.cumsum(one)[first] - 1, sizes)
+        # Each twin is copied from the record's first place once the reads are done.
+        src = order[np.maximum.accumulate(np.where(one, np.arange(n), 0))[twin]]
+        dst = order[twin]
+        scatter.twins = list(zip(scatter.offsets[src].tolist(), scatter.offsets[dst].tolist(),
+                                 sizes[dst].tolist()))
+        located.scatter = scatter
         return located
 
     @classmethod
     def _of(cls, order, s, z, gap, first, sizes) -> Scatter:
         self = cls()
         n = len(s)
+        self.twins = []
         self.offsets = np.cumsum(sizes) - sizes
         # Two pieces per record, the bytes before it in its extent then the record itself.
         length = np.empty((n, 2), np.int64)
@@ -181,6 +199,8 @@ class Scatter:
                     err = ctypes.get_errno()
                     raise OSError(err, f"{path}: preadv: {os.strerror(err)}")
                 calls += self._finish(fd, buf, scratch, a, b, off, got, path)
+        for src, dst, size in self.twins:
+            buf[dst:dst + size] = buf[src:src + size]
         return calls
 
     def _finish(self, fd, buf, scratch, a, b, off, done, path) -> int:
