@@ -602,7 +602,7 @@ def _blocks(text: str):
         yield m.group(1), m.group(2)
 
 
-@pytest.mark.parametrize("readme", ["figures/README.md", "docs/claims.md"])
+@pytest.mark.parametrize("readme", ["figures/README.md", "docs/claims.md", "docs/model.md"])
 def test_rendered_captions_match_the_committed_results(readme):
     text = (REPO / readme).read_text()
     expected = claims.rendered_blocks(pd.read_csv(COMMITTED_RESULTS / "claims.csv"), COMMITTED_RESULTS)

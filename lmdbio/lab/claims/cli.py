@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         update_readme(df, args.readme, args.results)
         if Path(args.readme).resolve() == README.resolve():
             update_readme(df, CLAIMS_DOC, args.results, require=("claims summary",))
+            update_readme(df, CLAIMS_DOC.with_name("model.md"), args.results, require=("model criterion",))
     for r in df.itertuples():
         where = f"{r.setting}:{r.dataset}" if r.setting == "model" else r.setting
         print(f"{r.claim:14s} {where:15s} {r.verdict:12s} {r.magnitude:10s} {r.measured}")

@@ -172,9 +172,13 @@ def _replace_block(text: str, name: str, body: str, where: Path, required: bool)
 
 
 def rendered_blocks(df: pd.DataFrame, results_root=COMMITTED_RESULTS) -> dict:
-    """``{marker name: rendered text}`` of every block figures/README.md and docs/claims.md hold."""
+    """``{marker name: rendered text}`` of every block figures/README.md, docs/claims.md and
+    docs/model.md hold."""
+    from ..model.criterion import render as render_criterion
+
     return {"claims.csv": render(df), "model_validation": render_validation(results_root),
-            "claims_split.csv": render_split(results_root), "claims summary": render_claims_summary(df)}
+            "claims_split.csv": render_split(results_root), "claims summary": render_claims_summary(df),
+            "model criterion": render_criterion(results_root)}
 
 
 def update_readme(df: pd.DataFrame, readme: str | Path = README, results_root=COMMITTED_RESULTS, *,

@@ -11,7 +11,7 @@ from .predict import PHASES
 from .validate import CRITERION
 
 __all__ = ["calibration_figure", "validation_figure", "prediction_figure", "phases_figure",
-           "verdict_map_figure"]
+           "verdict_map_figure", "error_distance_figure", "SETTING_MARKERS"]
 
 _COSTS = (("cursor_step_s", "cursor step"), ("page_fault_s", "minor fault / page"),
           ("copy_record_s", "copy / record"), ("pread_call_s", "pread / call"),
@@ -179,4 +179,56 @@ def phases_figure(pred, workload: str, procs):
     axes[0][0].invert_yaxis()
     axes[0][-1].legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
     fig.suptitle(f"Where the time goes, predicted ({workload})", fontsize=11)
+    return fig
+
+
+#: One marker per validation setting (error_distance_figure); a setting not listed gets "o".
+SETTING_MARKERS = {"local disk": "o", "throttled block device": "s", "shared storage target": "D",
+                   "emulated GPFS (shares the storage model)": "^",
+                   "time-dilated emulated GPFS (shares the storage model)": "v"}
+_SOURCE_STYLE = {"calibrated": dict(color="#5d6d7e", s=16, alpha=0.55, edgecolors="none"),
+                 "held-out": dict(color="#c0392b", s=46, alpha=0.9, edgecolors="black", linewidths=0.6)}
+
+
+def error_distance_figure(pts):
+    """|signed error| of every validation and held-out point against its distance from the
+    calibration: P over the largest calibrated P of its setting, ranks per node, and the measured
+    mean bytes per storage request (only where the storage counted its requests).
+
+    ``pts``: :func:`lmdbio.lab.model.criterion.points`. Marker: the setting; colour: calibrated or
+    held-out. Each variant's points are nudged sideways by a few percent so equal x stay visible.
+    """
+    axes_of = (("p_relative", "P / largest calibrated P of its setting"),
+               ("ranks_per_node", "ranks per node"),
+               ("bytes_per_request", "measured mean bytes per storage request"))
+    fig, axes = plt.subplots(1, 3, figsize=(14.0, 4.6), sharey=True)
+    nudge = {v: 2 ** (0.05 * (i - 3)) for i, v in enumerate(VARIANTS)}
+    for ax, (col, xlabel) in zip(axes, axes_of):
+        d = pts[pts[col].notna()]
+        for (src, st), g in d.groupby(["source", "setting"], sort=False):
+            ax.scatter(g[col] * g["variant"].map(nudge).fillna(1.0), g["rel_error"].abs(),
+                       marker=SETTING_MARKERS.get(st, "o"), **_SOURCE_STYLE.get(src, {}))
+        ax.axhline(CRITERION, color="#7f8c8d", lw=1, ls="--")
+        if col == "bytes_per_request":
+            ax.set_xscale("log")
+        else:
+            ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel(xlabel)
+        left = pts[pts[col].isna()]
+        where = ", ".join(sorted({f"{s} {st}" for s, st in zip(left["source"], left["setting"])}))
+        ax.set_title(f"{len(d)} points; not drawn, {len(left)} without this quantity:\n{where}"
+                     if len(left) else f"all {len(d)} points", fontsize=8 if len(left) else 9)
+    axes[0].axvline(1.0, color="#7f8c8d", lw=1, ls=":")
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("|relative error| (predicted - measured) / measured")
+    handles = [plt.Line2D([], [], ls="", marker=m, color="#5d6d7e", label=st)
+               for st, m in SETTING_MARKERS.items() if st in set(pts["setting"])]
+    handles += [plt.Line2D([], [], ls="", marker="o", color=s["color"], label=f"{src} points")
+                for src, s in _SOURCE_STYLE.items() if src in set(pts["source"])]
+    handles.append(plt.Line2D([], [], color="#7f8c8d", ls="--", label=f"criterion, {CRITERION:.0%}"))
+    axes[-1].legend(handles=handles, fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
+    fig.suptitle("Error against distance from the calibration: every validation and held-out point",
+                 fontsize=11)
+    fig.tight_layout()
     return fig

@@ -228,6 +228,7 @@ def validate(summaries, platform: Platform | str = "this-machine", cal: Calibrat
                 budget=budget)["per_iteration_s"] * int(r["iters"])
             out.append({"setting": setting, "dataset": r["dataset_name"], "variant": r["variant"],
                         "nprocs": int(r["nprocs"]), "cache": r["cache"], "storage": r["storage"],
+                        "ranks_per_node": int(r["ranks_per_node"] or 0),
                         "measured_s": float(r["measured_s"]), "predicted_s": predicted,
                         "rel_error": (predicted - r["measured_s"]) / r["measured_s"],
                         "measured_min_s": float(r["measured_min_s"]),
@@ -372,8 +373,12 @@ def _disk_bw_words(g) -> str:
 
 def write_validation(df, out_dir, config: dict, cal_dir=None) -> Path:
     """``summary.csv`` (one row per point), ``errors.csv`` (per variant and setting),
-    ``criterion.csv`` (per setting: the worst variant) and ``meta.json``."""
+    ``criterion.csv`` (per setting: the worst variant), ``criterion_all.csv`` and
+    ``criterion_counts.csv`` (every cell, the held-out sweeps included:
+    :mod:`lmdbio.lab.model.criterion`) and ``meta.json``."""
     from lmdbio.lab.meta import write_results_meta
+
+    from .criterion import write as write_criterion
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -381,8 +386,10 @@ def write_validation(df, out_dir, config: dict, cal_dir=None) -> Path:
     err = error_table(df)
     err.to_csv(out / "errors.csv", index=False)
     criterion_table(df).to_csv(out / "criterion.csv", index=False)
+    write_criterion(df, out)
     write_results_meta(
-        out, config, calibration_dir=str(cal_dir or ""), files=["summary.csv", "errors.csv", "criterion.csv"],
+        out, config, calibration_dir=str(cal_dir or ""),
+        files=["summary.csv", "errors.csv", "criterion.csv", "criterion_all.csv", "criterion_counts.csv"],
         criterion=f"median |relative error| <= {CRITERION} per variant on each independent setting "
                   f"({', '.join(INDEPENDENT)}); the emulated GPFS shares the storage model",
         note="measured_s is the median over repeats of the timed loop's wall time; "
