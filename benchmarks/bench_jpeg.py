@@ -9,7 +9,8 @@ Series, for each thread count T:
 
 - ``lmdbio``: ``Reader.read_batch()`` then ``datum.decode_many(batch, threads=T,
   layout=LAYOUT)``: a new ``(n, h, w, 3)`` (``CHW``: ``(n, 3, h, w)``) uint8 array and the
-  labels per batch; HWC is DALI's layout, so both hand out the same arrays;
+  labels per batch; HWC is DALI's layout, so both hand out the same arrays; the JPEG
+  decoder used (:func:`lmdbio.images.fast_decoder`: simplejpeg, else Pillow) is printed;
 - ``dali``: ``fn.readers.caffe`` (``num_shards=P, shard_id=rank``) then
   ``fn.decoders.image(device="cpu")``, ``num_threads=T``, outputs copied to numpy
   (``as_array()``: a new ``(n, h, w, 3)`` array per batch). Its
@@ -29,11 +30,12 @@ import os
 import statistics
 import sys
 import time
+from importlib.metadata import version
 
 from mpi4py import MPI
 
 import lmdbio
-from lmdbio import datum
+from lmdbio import datum, images
 from lmdbio.errors import ConfigurationError
 from lmdbio.lab.bench.dali import DaliCaffe
 
@@ -89,8 +91,10 @@ with lmdbio.Reader(db, batch, comm, variant="auto", measure=False) as reader:
     used = reader.variant
 
 if comm.rank == 0:
+    decoder = "Pillow (no simplejpeg)" if images.fast_decoder() is None else \
+        f"simplejpeg {version('simplejpeg')}"
     print(f"{db} P={comm.size} variant={used} B={batch} iters={iters} x{repeats} repeats, "
-          f"lmdbio layout {layout}; "
+          f"lmdbio layout {layout}, JPEGs by {decoder}; "
           f"load average {load0[0]:.2f} before, {load1[0]:.2f} after, {os.cpu_count()} CPUs")
     if no_dali:
         print(f"  DALI not measured: {no_dali}")

@@ -115,6 +115,15 @@ def dali_step(dali, fn, db: Path, batch: int, threads: int, size: int | None):
     return step
 
 
+def _simplejpeg() -> str:
+    """The simplejpeg version lmdbio decodes JPEGs with, or "" (Pillow decodes them)."""
+    from importlib.metadata import version
+
+    from lmdbio import images
+
+    return "" if images.fast_decoder() is None else version("simplejpeg")
+
+
 def median_range(xs, fmt="{:,.0f}") -> str:
     return f"{fmt.format(statistics.median(xs))} [{fmt.format(min(xs))}-{fmt.format(max(xs))}]"
 
@@ -183,6 +192,7 @@ def main() -> int:
     meta = dict(host=platform.node(), cpus=os.cpu_count(), db_records=n, batch=args.batch,
                 layout=args.layout,
                 pillow=__import__("PIL").__version__,
+                simplejpeg=_simplejpeg(),
                 dali=dali[0].__version__ if dali is not None else "")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", newline="") as f:
@@ -196,7 +206,8 @@ def main() -> int:
           f"{args.batch} x {args.iters} per block, {args.repeats} interleaved repeats, layout "
           f"{args.layout}; load "
           f"average {load0:.2f} before, {load1:.2f} after, {os.cpu_count()} CPUs; DALI "
-          f"{meta['dali'] or 'not importable'}")
+          f"{meta['dali'] or 'not importable'}; lmdbio's JPEGs by "
+          f"{'simplejpeg ' + meta['simplejpeg'] if meta['simplejpeg'] else 'Pillow'}")
     by = {}
     for r in rows:
         by.setdefault((r["series"], r["threads"]), []).append(r)

@@ -74,8 +74,9 @@ class Batch:
 
         ``layout="HWC"`` gives ``(n, h, w, c)``, DALI's layout (JPEGs decode without a
         channel split). ``copy=False`` lets the images of raw Datums of one layout at one
-        stride be a read-only view of this batch's buffer, valid as long as the batch's
-        own views (until the second following ``read_batch()``). An image that declares a
+        stride (a Reader's batches: every fetcher lays them back to back) be a read-only
+        view of this batch's buffer, valid as long as the batch's own views (until the
+        second following ``read_batch()``). An image that declares a
         side of 0 or more than ``max_pixels`` pixels (default
         :data:`lmdbio.datum.MAX_IMAGE_PIXELS`, 178,956,970; None: no limit of ours), or
         whose data is empty or unreadable, raises :class:`~lmdbio.errors.ImageError`
@@ -97,7 +98,7 @@ class Batch:
         batch), and the labels (int64).
 
         For photos of mixed sizes, which :meth:`as_datum_array` refuses. ``threads``
-        decode the records in parallel, the caller among them (Pillow's JPEG decoder
+        decode the records in parallel, the caller among them (the JPEG decoder
         releases the GIL). Each image equals :func:`lmdbio.datum.decode_image` of its
         record; JPEGs are decoded straight into it (:func:`lmdbio.images.decode_into`).
         Bad images raise as in :meth:`as_datum_array`.

@@ -1,24 +1,24 @@
-"""Encoded Datum images (JPEG, PNG) decoded with Pillow straight into a batch's ``(c, h, w)`` rows.
+"""Encoded Datum images (JPEG, PNG) decoded straight into a batch's rows, with Pillow's pixels.
 
 The result is the image :func:`lmdbio.datum.decode_image` gives (``Image.open``
 then ``np.asarray``), pixel for pixel; only the way there is shorter for the
 common record, an 8-bit grey or colour JPEG:
 
 - its header is read here (a few marker lengths, not Pillow's Python parser);
-- Pillow's JPEG decoder (libjpeg-turbo, the same options) writes the pixels
-  into a per-thread scratch image that is a numpy array, colour as RGBX
-  (libjpeg-turbo's own 4-byte output, the same values as its RGB);
-- the three channels come out of the 32-bit RGBX words with a shift and a
-  narrowing copy each, contiguous numpy loops, instead of Pillow's RGBX -> RGB
-  packing copy and a strided HWC -> CHW transpose.
+- libjpeg-turbo's TurboJPEG API (the ``simplejpeg`` package, Pillow's options:
+  accurate integer DCT, smooth upsampling) decodes it with the GIL released,
+  in DALI's layout (``hwc=True``, ``(h, w, c)``) and for grey images straight
+  into the caller's array: no scratch image, no packing copy;
+- in Caffe's layout (``(c, h, w)``) a colour JPEG is decoded to RGBX in a
+  per-thread scratch buffer and the three channels come out of its 32-bit
+  words with a shift and a narrowing copy each (contiguous numpy loops, not a
+  strided HWC -> CHW transpose).
 
-Anything else (PNG, CMYK, 12-bit or lossless JPEG, a header this reader does
-not follow, a decoder error) goes through ``Image.open``, so it decodes, or
-fails, as the reference does. The decoder releases the GIL, so threads decode
-in parallel.
-
-In DALI's layout (``hwc=True``, ``(h, w, c)``) Pillow packs the RGBX pixels to
-RGB and they are copied as they are: no channel split.
+``simplejpeg`` is used once it has given Pillow's pixels on a few probe JPEGs
+(:func:`fast_decoder`); where it does not import or disagrees, and for anything
+else (PNG, CMYK, 12-bit or lossless JPEG, a header this reader does not follow,
+a libjpeg warning or error), the image goes through ``Image.open``, so it
+decodes, or fails, as the reference does.
 
 Before anything is allocated for an image, :func:`check` reads the size its
 file declares (the JPEG frame header, the PNG ``IHDR``, else Pillow's lazy
@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import io
 import threading
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
 from .errors import ImageError
 
-__all__ = ["MAX_PIXELS", "check", "check_sides", "decode_chw", "decode_into", "jpeg_header", "shape_of"]
+__all__ = ["MAX_PIXELS", "check", "check_sides", "decode_chw", "decode_into", "fast_decoder",
+           "jpeg_header", "shape_of"]
 
 #: Most pixels (height x width) an image may declare: Pillow's own limit for an error
 #: (twice ``PIL.Image.MAX_IMAGE_PIXELS``'s default), 178,956,970, about 0.5 GB of RGB.
@@ -51,8 +52,8 @@ _SOF = frozenset((0xC0, 0xC1, 0xC2))
 # arithmetic, hierarchical), DHP/EXP, SOS, restart markers, SOI, EOI.
 # TEM and 0x00 (a stuffed byte) have no length and do not belong in a header either.
 _STOP = frozenset((0x00, 0x01, *range(0xC3, 0xDB), 0xDE, 0xDF)) - {0xC4, 0xCC}
-# Components -> the Pillow mode and the decoder's raw mode the scratch image takes.
-_RAW = {1: "L", 3: "RGBX"}
+# Components of the JPEGs libjpeg-turbo decodes here: grey and colour (CMYK goes to Pillow).
+_RAW = (1, 3)
 
 
 def jpeg_header(data) -> tuple[int, int, int] | None:
@@ -89,57 +90,103 @@ def jpeg_header(data) -> tuple[int, int, int] | None:
 
 
 class _Scratch(threading.local):
-    """This thread's decode target: ``(key, array, Pillow image on that array, uint32 temp)``."""
+    """This thread's scratch buffer (flat uint8) and uint32 temp, grown as images need."""
 
-    target: tuple[tuple[str, int, int], np.ndarray, Any, np.ndarray | None] | None = None
+    buffer: np.ndarray = np.empty(0, np.uint8)
+    temp: np.ndarray = np.empty(0, np.uint32)
 
 
 _SCRATCH = _Scratch()
-
-
-# A scratch image larger than this is made for its record and not kept by the thread.
+# A scratch buffer larger than this is made for its image and not kept by the thread.
 _KEEP_BYTES = 16 << 20
 
 
-def _target(raw: str, height: int, width: int):
-    """This thread's scratch image of ``raw`` mode and this size (the last one is kept)."""
-    got = _SCRATCH.target
-    if got is None or got[0] != (raw, height, width):
-        from PIL import Image
+def _scratch(nbytes: int, words: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """This thread's scratch: ``nbytes`` uint8 and ``words`` uint32 (flat; kept up to
+    ``_KEEP_BYTES``, so images of mixed sizes reuse one buffer)."""
+    s = _SCRATCH
+    buffer, temp = s.buffer, s.temp
+    if len(buffer) < nbytes:
+        buffer = np.empty(nbytes, np.uint8)
+        if nbytes <= _KEEP_BYTES:
+            s.buffer = buffer
+    if len(temp) < words:
+        temp = np.empty(words, np.uint32)
+        if 4 * words <= _KEEP_BYTES:
+            s.temp = temp
+    return buffer[:nbytes], temp[:words]
 
-        shape = (height, width, 4) if raw == "RGBX" else (height, width)
-        array = np.empty(shape, np.uint8)
-        image = Image.frombuffer(raw, (width, height), array, "raw", raw, 0, 1)
-        temp = np.empty((height, width), np.uint32) if raw == "RGBX" else None
-        got = ((raw, height, width), array, image, temp)
-        if array.nbytes <= _KEEP_BYTES:
-            _SCRATCH.target = got
-    return got
+
+_FAST: list = []  # [decode_jpeg or None], once checked
+_FAST_LOCK = threading.Lock()
 
 
-def _decode_jpeg(data, raw: str, height: int, width: int, out: np.ndarray, hwc: bool) -> None:
-    """Pillow's JPEG decoder into the scratch image, then its channels into ``out``
-    (``(c, h, w)``, or ``(h, w, c)`` with ``hwc``).
+def fast_decoder() -> Callable[..., np.ndarray] | None:
+    """``simplejpeg.decode_jpeg`` when it imports and gives Pillow's pixels on probe JPEGs
+    (4:2:0, 4:2:2, 4:4:4, progressive, grey), else None (every JPEG then goes through
+    ``Image.open``). Checked once per process."""
+    if _FAST:
+        return _FAST[0]
+    with _FAST_LOCK:
+        if not _FAST:
+            _FAST.append(_probe())
+        return _FAST[0]
 
-    Raises ValueError or OSError (Pillow's) when the decoder does not finish.
+
+def _probe() -> Callable[..., np.ndarray] | None:
+    """simplejpeg's decode_jpeg if it decodes small Pillow-written JPEGs as Image.open does."""
+    try:
+        from simplejpeg import decode_jpeg
+    except ImportError:
+        return None
+    from PIL import Image
+
+    y, x = np.mgrid[0:19, 0:35]
+    rgb = np.stack([x * 7, y * 13, (x * y) % 256], -1).astype(np.uint8)
+    for mode, save in (("RGB", dict(quality=90)), ("RGB", dict(quality=75, subsampling=1)),
+                       ("RGB", dict(quality=95, subsampling=0)),
+                       ("RGB", dict(quality=80, progressive=True)), ("L", dict(quality=85))):
+        f = io.BytesIO()
+        Image.fromarray(rgb).convert(mode).save(f, "JPEG", **save)
+        with Image.open(f) as im:
+            want = np.asarray(im)
+        try:
+            got = decode_jpeg(f.getvalue(), "gray" if mode == "L" else "rgb")
+        except ValueError:
+            return None
+        if not np.array_equal(got, want.reshape(got.shape)):
+            return None
+    return decode_jpeg
+
+
+def _decode_jpeg(decode, data, c: int, h: int, w: int, out: np.ndarray, hwc: bool) -> bool:
+    """libjpeg-turbo's pixels of a grey or colour JPEG into ``out`` (``(c, h, w)``, or
+    ``(h, w, c)`` with ``hwc``); False when they are not of that size.
+
+    Raises ValueError (simplejpeg's) for a libjpeg warning or error.
     """
-    _, array, image, temp = _target(raw, height, width)
-    image.frombytes(data, "jpeg", raw, "")
-    if temp is None:
-        np.copyto(out[..., 0] if hwc else out[0], array)
-        return
-    if hwc:  # RGBX -> RGB by Pillow's packer, then one plain copy (numpy's 4 -> 3 byte
-        # strided copy is some 30 times slower, its inner loop three bytes long)
-        packed = np.frombuffer(image.tobytes("raw", "RGB"), np.uint8)
-        np.copyto(out, packed.reshape(height, width, 3))
-        return
+    if c == 1 or hwc:  # one memory order for both layouts: straight into out when we may
+        direct = out.flags.c_contiguous
+        target = out if direct else _scratch(h * w * c)[0]
+        got = decode(data, "gray" if c == 1 else "rgb", buffer=target)
+        if got.shape != (h, w, c):
+            return False
+        if not direct:
+            np.copyto(out, got.reshape(out.shape))
+        return True
+    buffer, temp = _scratch(4 * h * w, h * w)
+    got = decode(data, "rgbx", buffer=buffer)
+    if got.shape != (h, w, 4):
+        return False
     # RGBX bytes read as little-endian words: R is bits 0-7, G 8-15, B 16-23.
-    words = array.view("<u4").reshape(height, width)
+    words = buffer.view("<u4").reshape(h, w)
+    temp = temp.reshape(h, w)
     np.copyto(out[0], words, casting="unsafe")  # uint32 -> uint8 keeps the low byte
     np.right_shift(words, 8, out=temp)
     np.copyto(out[1], temp, casting="unsafe")
     np.right_shift(words, 16, out=temp)
     np.copyto(out[2], temp, casting="unsafe")
+    return True
 
 
 def decode_chw(data) -> np.ndarray:
@@ -221,13 +268,14 @@ def decode_into(data, out: np.ndarray, hwc: bool = False) -> tuple[int, ...]:
     if head is not None and head == want and head[0] in _RAW:
         from PIL import Image
 
+        decode = fast_decoder()
         limit = Image.MAX_IMAGE_PIXELS  # Image.open's bomb check decides beyond it
-        if limit is None or head[1] * head[2] <= limit:
+        if decode is not None and (limit is None or head[1] * head[2] <= limit):
             try:
-                _decode_jpeg(data, _RAW[head[0]], head[1], head[2], out, hwc)
-                return head
-            except (ValueError, OSError):
-                pass  # cut or damaged: Image.open decodes it, or says why not
+                if _decode_jpeg(decode, data, *head, out, hwc):
+                    return head
+            except ValueError:
+                pass  # a libjpeg warning or error: Image.open decodes it, or says why not
     image = decode_chw(data)
     if image.shape == want:
         out[...] = image.transpose(1, 2, 0) if hwc else image

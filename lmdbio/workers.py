@@ -11,7 +11,7 @@ def each(threads: int, items: list, work):
     """``work(i)`` for every i of ``items`` (ascending) on ``threads`` threads; the error of
     the smallest item that returned one, or None.
 
-    Pillow releases the GIL while it decodes, so encoded records decode in
+    The JPEG and PNG decoders release the GIL, so encoded records decode in
     parallel. The caller is one of the threads and each takes the next item
     from one shared iterator: no task per record, and a thread that the
     machine slows down takes fewer.

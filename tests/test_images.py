@@ -1,5 +1,8 @@
-"""Encoded Datums (JPEG, PNG) decoded by the batch decoder: the pixels Image.open gives."""
+"""Encoded Datums (JPEG, PNG) decoded by the batch decoder: the pixels Image.open gives,
+grey and colour JPEGs by libjpeg-turbo (simplejpeg) straight into the batch, anything else
+by Image.open."""
 
+import functools
 import io
 
 import numpy as np
@@ -7,6 +10,7 @@ import pytest
 from PIL import Image
 
 from lmdbio import datum, images
+from lmdbio.batch import Batch
 from lmdbio.errors import LmdbioError
 
 
@@ -39,8 +43,23 @@ def _record(data, label):
     return datum.encode(encoded_bytes=data, label=label)
 
 
-def _decode(files, threads):
-    return datum.decode_many([_record(f, i) for i, f in enumerate(files)], threads=threads)
+def _decode(files, threads, layout="CHW", out=None):
+    return datum.decode_many([_record(f, i) for i, f in enumerate(files)], threads=threads,
+                             layout=layout, out=out)
+
+
+def _in(layout, chw):
+    """A ``(c, h, w)`` image (or a stack of them) in ``layout``."""
+    return chw if layout == "CHW" else np.moveaxis(chw, -3, -1)
+
+
+@pytest.fixture
+def pillow_calls(monkeypatch):
+    """The records that went through ``Image.open`` (images.decode_chw), counted."""
+    calls = []
+    real = images.decode_chw
+    monkeypatch.setattr(images, "decode_chw", lambda data: calls.append(1) or real(data))
+    return calls
 
 
 # JPEGs of every kind the fast path takes: 4:2:0, 4:2:2, 4:4:4, progressive, restart
@@ -55,36 +74,96 @@ JPEGS = {
 }
 
 
+def _jpegs(kind, shape, n=5):
+    if kind == "grey":
+        return [_file(_photo(*shape, s), mode="L", quality=90) for s in range(n)]
+    return [_file(_photo(*shape, s), **JPEGS[kind]) for s in range(n)]
+
+
+@pytest.mark.parametrize("layout", ["CHW", "HWC"])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("kind", [*JPEGS, "grey"])
-def test_jpegs_equal_pillow_record_for_record(kind, threads, monkeypatch):
-    shape = (37, 53)  # not a whole number of 16x16 MCUs
-    if kind == "grey":
-        files = [_file(_photo(*shape, s), mode="L", quality=90) for s in range(5)]
-    else:
-        files = [_file(_photo(*shape, s), **JPEGS[kind]) for s in range(5)]
+def test_jpegs_equal_pillow_record_for_record(kind, threads, layout, pillow_calls):
+    files = _jpegs(kind, (37, 53))  # not a whole number of 16x16 MCUs
     want = np.stack([_pillow(f) for f in files])
     assert all(images.jpeg_header(f) == want.shape[1:] for f in files)
-    # These take the fast path: Image.open is not called.
-    monkeypatch.setattr(images, "decode_chw", lambda data: pytest.fail("fell back to Image.open"))
-    got, labels = _decode(files, threads)
-    assert np.array_equal(got, want) and list(labels) == list(range(5))
+    got, labels = _decode(files, threads, layout)
+    assert np.array_equal(got, _in(layout, want)) and list(labels) == list(range(5))
+    assert pillow_calls == []  # libjpeg-turbo decoded them all: Image.open was not called
+
+
+@pytest.mark.parametrize("layout", ["CHW", "HWC"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_jpegs_of_mixed_sizes_equal_decode_image(threads, layout, pillow_calls):
+    """as_datum_list: colour and grey, baseline and progressive, each of its own size."""
+    files = [_file(_photo(17 + 9 * s, 90 - 6 * s, s), **JPEGS[kind])
+             for s, kind in enumerate([*JPEGS, *JPEGS])]
+    files[3] = _file(_photo(61, 29, 3), mode="L", quality=70)
+    records = [_record(f, 10 + i) for i, f in enumerate(files)]
+    want = [datum.decode_image(datum.decode(r), layout=layout) for r in records]
+    pillow_calls.clear()
+    sizes = np.array([len(r) for r in records], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    batch = Batch(np.frombuffer(b"".join(records), np.uint8), offsets, sizes,
+                  np.arange(len(records)))
+    got, labels = batch.as_datum_list(threads=threads, layout=layout)
+    assert len({g.shape for g in got}) == len(files)
+    assert {g.shape[layout.index("C")] for g in got} == {1, 3}
+    assert all(g.shape == w.shape and np.array_equal(g, w) for g, w in zip(got, want))
+    assert list(labels) == list(range(10, 10 + len(files))) and pillow_calls == []
+
+
+@pytest.mark.parametrize("kind", ["420", "grey"])
+@pytest.mark.parametrize("layout", ["CHW", "HWC"])
+def test_out_that_is_not_contiguous_gets_the_same_pixels(kind, layout, pillow_calls):
+    files = _jpegs(kind, (19, 26), 3)
+    want = np.stack([_pillow(f) for f in files])
+    shape = _in(layout, np.empty(want.shape[1:])).shape
+    out = np.empty((3, shape[0], 2 * shape[1], shape[2]), np.uint8)[:, :, ::2]  # strided rows
+    assert not out[0].flags.c_contiguous
+    got, _ = _decode(files, 1, layout, out=out)
+    assert got is out and np.array_equal(out, _in(layout, want)) and pillow_calls == []
+
+
+@pytest.mark.parametrize("layout", ["CHW", "HWC"])
+def test_without_the_fast_decoder_image_open_decodes_them(layout, monkeypatch, pillow_calls):
+    monkeypatch.setattr(images, "_FAST", [None])  # simplejpeg absent, or refused by the probe
+    files = _jpegs("420", (22, 31), 3)
+    got, _ = _decode(files, 2, layout)
+    assert np.array_equal(got, _in(layout, np.stack([_pillow(f) for f in files])))
+    assert len(pillow_calls) == len(files)
+
+
+def test_a_decoder_that_disagrees_with_pillow_is_not_used(monkeypatch):
+    """The probe: libjpeg-turbo with its fast DCT and upsampling gives other pixels than
+    Pillow's options, so it is refused and Image.open decodes every JPEG."""
+    import simplejpeg
+
+    assert images.fast_decoder() is simplejpeg.decode_jpeg  # this venv has it, and it agrees
+    monkeypatch.setattr(images, "_FAST", [])
+    monkeypatch.setattr(simplejpeg, "decode_jpeg", functools.partial(
+        simplejpeg.decode_jpeg, fastdct=True, fastupsample=True))
+    assert images.fast_decoder() is None
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("mode", ["RGB", "RGBA", "L", "P", "LA"])
-def test_pngs_equal_pillow(mode, threads):
+def test_pngs_equal_pillow(mode, threads, pillow_calls):
     files = [_file(_photo(20, 30, s), "PNG", mode=mode) for s in range(4)]
     want = np.stack([_pillow(f) for f in files])
     got, _ = _decode(files, threads)
     assert got.shape == want.shape and np.array_equal(got, want)
+    assert len(pillow_calls) >= len(files)  # Image.open decoded every one
 
 
-def test_cmyk_jpeg_falls_back_to_pillow():
+@pytest.mark.parametrize("layout", ["CHW", "HWC"])
+def test_cmyk_jpeg_falls_back_to_pillow(layout, pillow_calls):
     files = [_file(_photo(16, 24, s), mode="CMYK", quality=90) for s in range(3)]
     assert images.jpeg_header(files[0])[0] == 4
-    got, _ = _decode(files, 1)
-    assert got.shape == (3, 4, 16, 24) and np.array_equal(got, np.stack([_pillow(f) for f in files]))
+    got, _ = _decode(files, 1, layout)
+    want = np.stack([_pillow(f) for f in files])
+    assert want.shape == (3, 4, 16, 24) and np.array_equal(got, _in(layout, want))
+    assert len(pillow_calls) >= len(files)  # Image.open decoded every one
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -162,10 +241,16 @@ def test_headers_this_path_does_not_take():
     assert images.jpeg_header(twelve_bit) is None
 
 
-def test_large_scratch_is_not_kept_by_the_thread():
-    small, large = _file(_photo(16, 16)), _file(_photo(2100, 2100), quality=50)
+def test_scratch_is_kept_for_smaller_images_and_not_when_large():
+    """A CHW colour JPEG goes through the thread's RGBX scratch: one buffer for images of
+    any smaller size; one over 16 MiB is made for its image and dropped."""
+    small, smaller = _file(_photo(48, 40)), _file(_photo(16, 30))
+    large = _file(_photo(2100, 2100), quality=50)
     _decode([small], 1)
-    kept = images._SCRATCH.target
+    kept = images._SCRATCH.buffer
+    assert len(kept) >= 48 * 40 * 4
+    got, _ = _decode([smaller], 1)
+    assert np.array_equal(got[0], _pillow(smaller)) and images._SCRATCH.buffer is kept
     got, _ = _decode([large], 1)
     assert np.array_equal(got[0], _pillow(large))
-    assert images._SCRATCH.target is kept  # 2100 x 2100 RGBX is over 16 MiB
+    assert images._SCRATCH.buffer is kept  # 2100 x 2100 RGBX is over 16 MiB
