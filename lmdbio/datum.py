@@ -214,7 +214,7 @@ def _named(err: ImageError, indices, key_of) -> ImageError:
 def _parse(buf: np.ndarray, o: int, size: int, i: int) -> DatumMessage:
     d = Datum()
     try:
-        d.ParseFromString(buf[o:o + size].tobytes())
+        d.ParseFromString(buf[o:o + size].data)   # a memoryview: protobuf copies it once
     except Exception as exc:  # protobuf raises its own DecodeError
         raise ImageError(f"is not a Caffe Datum ({exc})", position=i) from None
     return d
