@@ -11,9 +11,13 @@ from a fresh source, on a warm page cache (rank 0 reads the file once first). St
   ``plan/locate`` (locate, speculate), ``fetch`` (read, gather: the syscalls and copies
   into the batch buffer), ``hand-off`` (distribute, wait, ring_wait, stagger_wait);
   ``batch object`` (one ``Batch(...)`` made from the batch's arrays, timed apart);
-  ``python overhead``: ``read_batch()``'s wall less its phases and the batch object;
-  ``decode`` (``as_datum_array()``) and ``decode view`` (``as_datum_array(copy=False)``),
-  timed after each ``read_batch()``, outside it.
+  ``python overhead``: ``read_batch()``'s wall less its phases and the batch object, split
+  into ``python per chunk`` (in the calls that locate and fetch a chunk: its bookkeeping,
+  the recorder's own clock reads, a cold cache after the fetch) and ``python per batch``
+  (the other calls); ``decode`` (``as_datum_array()``) and ``decode view``
+  (``as_datum_array(copy=False)``), timed after each ``read_batch()``, outside it;
+  ``total unmeasured``: the same reads on a Reader built with ``measure=False``, back to
+  back as raw's (no decode between), the total to hold against raw's.
 - ``raw`` (the limit, :class:`lmdbio.lab.bench.limit.RawReader`): ``fetch`` (its
   ``preadv`` calls, a coalesced chunk's read spread over its batches) and ``python
   overhead`` (the rest of its ``read_batch()``); no locating, hand-off or Batch.
@@ -40,7 +44,10 @@ GROUPS = {"locate": "plan/locate", "speculate": "plan/locate", "read": "fetch",
           "gather": "fetch", "distribute": "hand-off", "wait": "hand-off",
           "ring_wait": "hand-off", "stagger_wait": "hand-off"}
 ORDER = ["plan/locate", "fetch", "hand-off", "batch object", "python overhead", "total",
-         "decode", "decode view"]
+         "python per chunk", "python per batch", "total unmeasured", "decode", "decode view"]
+#: Steps that are not a part of ``total``'s sum.
+APART = ("total", "python per chunk", "python per batch", "total unmeasured", "decode",
+         "decode view")
 
 
 def warm(comm, path) -> None:
@@ -60,8 +67,9 @@ def time_reader(comm, db, variant, batch, iters, warmup) -> dict:
             r.read_batch().as_datum_array()
         r.rec.clear()
         first = None
+        fills = 0   # calls that located and fetched a chunk (batch t = warmup + i)
         comm.Barrier()
-        for _ in range(iters):
+        for i in range(iters):
             t0 = time.perf_counter()
             b = r.read_batch()
             t1 = time.perf_counter()
@@ -70,6 +78,9 @@ def time_reader(comm, db, variant, batch, iters, warmup) -> dict:
             b.as_datum_array(copy=False)
             t3 = time.perf_counter()
             steps["total"] += t1 - t0
+            if (warmup + i) % r.coalesce == 0:
+                steps["python per chunk"] += t1 - t0
+                fills += 1
             steps["decode"] += t2 - t1
             steps["decode view"] += t3 - t2
             first = first or b
@@ -81,10 +92,27 @@ def time_reader(comm, db, variant, batch, iters, warmup) -> dict:
         t0 = time.perf_counter()
         for _ in range(reps):
             Batch(first.buffer, first.offsets, first.sizes, first.indices)
-        steps["batch object"] = (time.perf_counter() - t0) / reps * iters
-    phases = sum(v for k, v in steps.items() if k not in ("total", "decode", "decode view"))
+        one = (time.perf_counter() - t0) / reps
+        steps["batch object"] = one * iters
+    phases = sum(v for k, v in steps.items() if k not in APART)
     steps["python overhead"] = steps["total"] - phases
+    # Every phase runs in the calls that fill a chunk; the other calls are Python only.
+    steps["python per batch"] = steps["total"] - steps["python per chunk"] - (iters - fills) * one
+    steps["python per chunk"] = steps["python overhead"] - steps["python per batch"]
+    steps["total unmeasured"] = time_unmeasured(comm, db, variant, batch, iters, warmup)
     return {k: v / iters * 1e6 for k, v in steps.items()}
+
+
+def time_unmeasured(comm, db, variant, batch, iters, warmup) -> float:
+    """Seconds of ``iters`` back-to-back ``read_batch()`` calls with ``measure=False``."""
+    with lmdbio.Reader(db, batch, comm, variant=variant, measure=False) as r:
+        for _ in range(warmup):
+            r.read_batch()
+        comm.Barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            r.read_batch()
+        return time.perf_counter() - t0
 
 
 def time_raw(comm, path, batch, iters, warmup) -> dict:
@@ -157,10 +185,13 @@ def report(rows: list[dict], a, nprocs: int) -> None:
                       f"[{min(xs):.1f}-{max(xs):.1f}]")
     totals = {v: statistics.median(per_rep.loc[(v, "total")].tolist())
               for v in dict.fromkeys(df["variant"]) if (v, "total") in per_rep.index.droplevel(2)}
+    bare = {v: statistics.median(per_rep.loc[(v, "total unmeasured")].tolist())
+            for v in totals if (v, "total unmeasured") in per_rep.index.droplevel(2)}
     if "raw" in totals:
         for v, t in totals.items():
             if v != "raw":
-                print(f"  {v} / raw (read_batch time): {totals['raw'] / t:.2f}")
+                print(f"  {v} / raw (read_batch time): {totals['raw'] / t:.2f}"
+                      + (f"; measure=False: {totals['raw'] / bare[v]:.2f}" if v in bare else ""))
 
 
 if __name__ == "__main__":

@@ -126,16 +126,19 @@ class _Phase:
 
 
 class _NoPhase:
-    __slots__ = ("row",)
+    """A phase not timed (``measure=False``): one shared object; each ``with`` gets a fresh
+    dict for the counters nobody keeps."""
 
-    def __init__(self) -> None:
-        self.row: dict = {}
+    __slots__ = ()
 
     def __enter__(self) -> dict:
-        return self.row
+        return {}
 
     def __exit__(self, *exc) -> None:
         pass
+
+
+_NO_PHASE = _NoPhase()
 
 
 _getrusage, _RUSAGE_SELF, _monotonic = resource.getrusage, resource.RUSAGE_SELF, time.monotonic
@@ -164,7 +167,7 @@ class PhaseRecorder:
     def phase(self, name: str, batch: int, chain: bool = False):
         """Context manager timing one phase; yields a dict for extra counters."""
         if not self.enabled:
-            return _NoPhase()
+            return _NO_PHASE
         return _Phase(self, name, batch, chain)
 
     @property

@@ -103,14 +103,39 @@ class Stream:
     lo: int
     count: int
     k: int = 1
+    # [the last chunk_block() as (chunk, block), the offsets of a chunk's positions from its
+    # first]: the locator and the batches of a chunk share one computation.
+    _last: list = field(default_factory=lambda: [None, None], init=False, repr=False,
+                        compare=False)
 
     def positions(self, t: int) -> np.ndarray:
         """The positions this reader reads in batch ``t`` (int64, in delivery order)."""
         return record_indices(t * self.batch + self.lo, self.count, self.n)
 
+    def chunk_block(self, chunk: int) -> np.ndarray:
+        """The positions this reader reads in ``chunk``, one row per batch: ``(k, count)``.
+        The last chunk's is kept, so locating a chunk and handing out its batches compute
+        it once; treat it as read-only."""
+        last, grid = self._last
+        if last is not None and last[0] == chunk:
+            return last[1]
+        if grid is None:   # batch i, record j of any chunk: i*batch + j past the chunk's first
+            grid = self._last[1] = np.add.outer(np.arange(self.k, dtype=np.int64) * self.batch,
+                                                np.arange(self.count, dtype=np.int64))
+        first = (chunk * self.k * self.batch + self.lo) % self.n
+        block = grid + first
+        top = first + int(grid[-1, -1]) if grid.size else 0
+        if top >= 2 * self.n:
+            block %= self.n
+        elif top >= self.n:   # wraps once: the block ascends, so subtract n from a tail
+            flat = block.reshape(-1)
+            flat[int(flat.searchsorted(self.n)):] -= self.n
+        self._last[0] = (chunk, block)
+        return block
+
     def chunk_positions(self, chunk: int) -> np.ndarray:
         """The positions this reader reads in ``chunk`` (its ``k`` batches), in order."""
-        return stream_block(chunk * self.k, self.k, self.batch, self.lo, self.count, self.n).ravel()
+        return self.chunk_block(chunk).ravel()
 
     def runs(self, chunk: int) -> list[tuple[int, int]]:
         """``chunk``'s positions as (first, length) runs of consecutive records."""
@@ -145,10 +170,15 @@ class EpochSchedule:
         """The positions this reader reads in batch ``t`` (int64, in delivery order)."""
         return self.rows[t - self.t0, self.lo:self.lo + self.count]
 
+    def chunk_block(self, chunk: int) -> np.ndarray:
+        """The positions this reader reads in ``chunk``, one row per batch: ``(k, count)``,
+        a view of :attr:`rows`."""
+        i = chunk * self.k - self.t0
+        return self.rows[i:i + self.k, self.lo:self.lo + self.count]
+
     def chunk_positions(self, chunk: int) -> np.ndarray:
         """The positions this reader reads in ``chunk`` (its ``k`` batches), in order."""
-        i = chunk * self.k - self.t0
-        return np.ascontiguousarray(self.rows[i:i + self.k, self.lo:self.lo + self.count]).ravel()
+        return np.ascontiguousarray(self.chunk_block(chunk)).ravel()
 
     def runs(self, chunk: int) -> list[tuple[int, int]]:
         """``chunk``'s positions as (first, length) runs of consecutive records."""

@@ -219,6 +219,16 @@ class Reader(Closing):
     def read_batch(self) -> Batch:
         """This rank's share of the next global batch of the endless stream (batch t holds
         positions ``(t*B + j) mod N``); between epochs it goes on after the last epoch's rows."""
+        it = None if self._closed else self.it
+        # One test on the common path; any reason to look closer takes the checks below.
+        if it is None or it.live is not None or it.deferred is not None or \
+                (self.pipe.depth and not it.told_no_prefetch):
+            self._check_read_batch()
+        return self._next()
+
+    def _check_read_batch(self) -> None:
+        """read_batch()'s checks: closed, an epoch's error left, an epoch live; warn once that
+        it does not read ahead."""
         self._check_usable()
         self.it.idle("take its batches from its iterator, or close that iterator (it.close()) "
                      "before calling read_batch()")
@@ -226,17 +236,17 @@ class Reader(Closing):
             self.it.told_no_prefetch = True
             warnings.warn(f"prefetch={self.pipe.depth} reads ahead in an epoch's iterator only "
                           "(for batch in reader.epoch(e)); read_batch() reads each batch when asked",
-                          stacklevel=2)
-        return self._next()
+                          stacklevel=3)
 
     def _next(self) -> Batch:
         it = self.it
         try:
             if it.prefetch is not None:
                 batch = it.prefetch.next()
+            elif it.live is None:
+                batch = self.pipe.read(it.t, it.stream, None, self.rec)
             else:
-                live = it.live
-                batch = self.pipe.read(it.t, it.schedule, live.rows if live else None, self.rec)
+                batch = self.pipe.read(it.t, it.live.schedule, it.live.rows, self.rec)
         except Exception as exc:
             # Tell the reader group at once, so its ranks stop waiting for us.
             self._abandon()

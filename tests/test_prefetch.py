@@ -88,6 +88,25 @@ def test_background_error_surfaces_at_the_next_read(db):
     r.close()
 
 
+def test_a_failed_read_ahead_past_an_epoch_left_early_raises_at_the_next_read_batch(db):
+    """The epoch's end keeps its error; the next read_batch() raises it, once."""
+    r = lmdbio.Reader(db, 8, MPI.COMM_SELF, variant="lmdbio-direct", prefetch=2,
+                      coalesce_bytes=1)   # one batch per fetch
+    with pytest.warns(UserWarning, match="reads ahead in an epoch's iterator only"):
+        r.read_batch()                    # said once: later calls take the short path
+    fetch = r.pipe.fetcher.fetch
+    _failing_fetch(r, after=1)            # the epoch's first batch is read, the next fails
+    it = r.epoch(0)
+    assert len(next(it)) == 8
+    it.close()                            # left early: the thread drains, its error is kept
+    r.pipe.fetcher.fetch = fetch
+    with pytest.raises(LmdbioError, match=r"rank 0: the background read of batch 2, read ahead "
+                                          r"past where the epoch was left, failed: OSError"):
+        r.read_batch()
+    assert len(r.read_batch()) == 8       # raised once; reading goes on
+    r.close()
+
+
 def test_close_with_reads_in_flight(db):
     r = lmdbio.Reader(db, 8, MPI.COMM_SELF, variant="lmdbio-direct", prefetch=3,
                       coalesce_bytes=1)

@@ -205,3 +205,21 @@ def test_stream_block_is_record_indices_batch_by_batch(t, k, batch, lo, count, n
         epoch = stream.epoch(rows, 0)
         assert epoch.chunk_positions(c).tolist() == want.tolist()
         assert [p for f, m in epoch.runs(c) for p in range(f, f + m)] == want.tolist()
+
+
+@pytest.mark.parametrize("n,batch,lo,count,k", [(50, 12, 3, 3, 4), (50, 12, 0, 12, 8),
+                                                (700, 64, 48, 16, 2), (5, 5, 0, 5, 1),
+                                                (7, 3, 1, 2, 9), (60000, 256, 16, 16, 32)])
+def test_stream_chunk_block_is_stream_block_in_any_order(n, batch, lo, count, k):
+    """The stream keeps its last chunk's block (the locator and the chunk's batches share it):
+    every chunk asked, in any order and again, far into the stream, across the end of the
+    file once or many times, is stream_block's."""
+    from lmdbio.plan import Stream, stream_block
+
+    stream = Stream(n, batch, lo, count, k)
+    for c in [0, 1, 1, 0, 3, 2, 2, *range(4, 40), 10**6, 10**6 + 1, 5, 10**6 + 1]:
+        got = stream.chunk_block(c)
+        assert got.shape == (k, count) and got.dtype == np.int64
+        assert got.tolist() == stream_block(c * k, k, batch, lo, count, n).tolist(), c
+        assert stream.chunk_positions(c).tolist() == got.ravel().tolist()
+    assert stream == Stream(n, batch, lo, count, k)   # what it keeps is not part of its value

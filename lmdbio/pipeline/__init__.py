@@ -129,10 +129,11 @@ class Pipeline:
         self.stream: Stream | None = None   # set by setup()
         self._all_positions = False          # the locator's tables cover every record
         self._seq = -1   # hand-offs so far: the distributor's buffers rotate by it
-        # The chunk last handed off, and of which schedule; this rank's stream indices of its
-        # batches in it (a file-order stream's, computed once per chunk).
+        # The chunk last handed off, and of which schedule; this rank's indices of its batches
+        # in it, one row per batch (laid out once per chunk by _advance).
         self._at: tuple = (None, -1)
-        self._indices: np.ndarray | None = None
+        self._indices = np.zeros((0, 0), np.int64)
+        self._short = (-1, 0)   # (batch of the chunk that is short, records this rank keeps)
 
     # -- setup: prepare, open (inside the Reader's snapshot agreement), setup
     def prepare(self, path) -> None:
@@ -208,29 +209,42 @@ class Pipeline:
         ``rows``: the last batch may be short)."""
         chunk, it = divmod(t, schedule.k)
         if self._at != (schedule, chunk):
-            # Buffers rotate by hand-off number, the chunks in the order they are read (the
-            # same on every rank of a group), not by chunk number: where reading jumps (an
-            # epoch left early, the stream after an epoch) the slot a held batch views is
-            # then still the one refilled last.
-            self._seq += 1
-            if self.is_reader:
-                self._fill(chunk, self._seq, schedule, rec)
-            else:
-                self.distributor.receive(self._seq, rec, t)
-            self._at, self._indices = (schedule, chunk), None
-        seq = self._seq
-        share, r = self.per_rank, self.comm.rank
-        if rows is None:
-            if self._indices is None:   # this rank's indices of the chunk's k batches
-                self._indices = stream_block(chunk * schedule.k, schedule.k, schedule.batch,
-                                             r * share, share, schedule.n)
-            return self.distributor.batch(seq, it, self._indices[it])
-        i = t - schedule.t0
-        b = self.distributor.batch(seq, it, schedule.rows[i, r * share:(r + 1) * share])
-        keep = rows.kept(i, r, share)
-        if keep < share:   # a short last batch: this rank's share is the front of its block
+            self._advance(t, chunk, schedule, rows, rec)
+        b = self.distributor.batch(self._seq, it, self._indices[it])
+        if it == self._short[0]:   # a short last batch: this rank's share is the front of its block
+            keep = self._short[1]
             b = Batch(b.buffer, b.offsets[:keep], b.sizes[:keep], b.indices[:keep])
         return b
+
+    def _advance(self, t: int, chunk: int, schedule, rows: EpochRows | None, rec) -> None:
+        """Fill (or receive) ``chunk`` of ``schedule`` (batch ``t`` asked for it), and lay out
+        once what its ``k`` batches need: this rank's indices, one row per batch, and which
+        batch is short, if any."""
+        # Buffers rotate by hand-off number, the chunks in the order they are read (the same on
+        # every rank of a group), not by chunk number: where reading jumps (an epoch left
+        # early, the stream after an epoch) the slot a held batch views is then still the one
+        # refilled last.
+        self._seq += 1
+        if self.is_reader:
+            self._fill(chunk, self._seq, schedule, rec)
+        else:
+            self.distributor.receive(self._seq, rec, t)
+        k, share, r = schedule.k, self.per_rank, self.comm.rank
+        at = r * share - schedule.lo   # this rank's columns in its reader's rows
+        self._short = (-1, share)
+        if rows is not None:   # an epoch's rows, a view
+            i = chunk * k - schedule.t0
+            self._indices = schedule.rows[i:i + k, r * share:(r + 1) * share]
+            last, keep = rows.batches - 1 - i, rows.kept(rows.batches - 1, r, share)
+            if 0 <= last < k and keep < share:
+                self._short = (last, keep)
+        elif self.is_reader and 0 <= at <= schedule.count - share:
+            # The block the locator located this chunk from (the stream keeps its last).
+            self._indices = schedule.chunk_block(chunk)[:, at:at + share]
+        else:
+            self._indices = stream_block(chunk * k, k, schedule.batch, r * share, share,
+                                         schedule.n)
+        self._at = (schedule, chunk)
 
     def _fill(self, chunk: int, seq: int, schedule, rec) -> None:
         """Reader: locate and fetch one chunk's records into the distributor's buffer (hand-off
@@ -239,17 +253,31 @@ class Pipeline:
         t = chunk * schedule.k
         alloc = lambda nbytes: self.distributor.reserve(seq, nbytes, t)
         todo = self.window.locate(chunk, self.locator, schedule, alloc, rec)
-        fetched = []
-        with self.stagger.turn(rec, t):
-            with rec.phase("read", t, chain=True) as row:
-                for located, into in todo:
-                    part: dict = {}
-                    fetched.append(self.fetcher.fetch(located, into, part))
-                    self.locator.fetched(located, part)
-                    for key, value in part.items():
-                        row[key] = row.get(key, 0) + value
+        if isinstance(self.stagger, NoStagger):   # no turn to take: no context to enter
+            fetched = self._fetch(todo, t, rec)
+        else:
+            with self.stagger.turn(rec, t):
+                fetched = self._fetch(todo, t, rec)
         offsets, sizes = self.window.serve(chunk, fetched, alloc, rec)
         self.distributor.publish(seq, offsets, sizes, rec, t)
+
+    def _fetch(self, todo: list[tuple], t: int, rec) -> list[tuple]:
+        """Fetch each ``(located, into)`` pair in one ``read`` phase, whose row sums their
+        counters; returns each pair's ``(offsets, sizes)``."""
+        with rec.phase("read", t, chain=True) as row:
+            if len(todo) == 1:   # the common case: the one fetch counts into the row itself
+                located, into = todo[0]
+                got = self.fetcher.fetch(located, into, row)
+                self.locator.fetched(located, row)
+                return [got]
+            fetched = []
+            for located, into in todo:
+                part: dict = {}
+                fetched.append(self.fetcher.fetch(located, into, part))
+                self.locator.fetched(located, part)
+                for key, value in part.items():
+                    row[key] = row.get(key, 0) + value
+            return fetched
 
     def describe(self) -> dict:
         return self.locator.describe()
