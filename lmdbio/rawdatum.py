@@ -184,20 +184,20 @@ class _Layout:
                                    columns)
         return got
 
-    def steps(self, n: int) -> bytes:
-        """The offsets of ``n`` records of this layout back to back from 0, as int64 bytes."""
-        key = ("steps", n)
+    def steps(self, n: int, stride: int) -> bytes:
+        """The offsets of ``n`` records ``stride`` bytes apart from 0, as int64 bytes."""
+        key = (n, stride)
         got = self._by_n.get(key)
         if got is None:
-            got = self._by_n[key] = (np.arange(n, dtype=np.int64) * self.size).tobytes()
+            got = self._by_n[key] = (np.arange(n, dtype=np.int64) * stride).tobytes()
         return got
 
-    def _back_to_back(self, buf: np.ndarray, o0: int, n: int, heads: bytes, columns, out,
-                      hwc: bool, view: bool):
-        """:meth:`decode` of ``n`` records that lie back to back from ``o0`` (as DIO's fetch
-        lays a batch out): plain slices of one ``(n, size)`` view, no fancy index; the images
-        a read-only strided view of ``buf`` when ``view`` and no ``out``."""
-        rows = buf[o0:o0 + n * self.size].reshape(n, self.size)
+    def _at_stride(self, buf: np.ndarray, o0: int, n: int, stride: int, heads: bytes, columns,
+                   out, hwc: bool, view: bool):
+        """:meth:`decode` of ``n`` records ``stride`` bytes apart from ``o0`` (as the fetchers
+        lay a batch out): plain slices of one ``(n, size)`` strided view, no fancy index; the
+        images a read-only strided view of ``buf`` when ``view`` and no ``out``."""
+        rows = np.ndarray((n, self.size), np.uint8, buf, o0, (stride, 1))
         if rows[:, :len(self.header)].tobytes() != heads:
             return None
         tails = rows[:, self.tail_at:].tobytes()
@@ -207,7 +207,7 @@ class _Layout:
         labels = np.frombuffer(tails[1::self.tail_len], np.uint8).astype(np.int64)
         c, h, w = self.shape
         images = np.ndarray((n, c, h, w), np.uint8, buf, o0 + len(self.header),
-                            (self.size, h * w, w, 1))
+                            (stride, h * w, w, 1))
         if out is not None:
             _copy(_chw(out, hwc), images)
             return out, labels
@@ -233,8 +233,10 @@ class _Layout:
                 (out is not None and _chw(out, hwc).shape[1:] != self.shape):
             return None
         o0 = int(offsets[0])
-        if o0 + n * self.size <= len(buf) and (offsets - o0).tobytes() == self.steps(n):
-            return self._back_to_back(buf, o0, n, heads, columns, out, hwc, view)
+        stride = int(offsets[1]) - o0 if n > 1 else self.size
+        if stride >= self.size and o0 + (n - 1) * stride + self.size <= len(buf) and \
+                (offsets - o0).tobytes() == self.steps(n, stride):
+            return self._at_stride(buf, o0, n, stride, heads, columns, out, hwc, view)
         # Row o of ``records`` is the ``size`` bytes from offset o: one fancy index per part
         # takes that part of every record (an offset past the end raises IndexError).
         records = np.ndarray((len(buf) - self.size + 1, self.size), np.uint8, buf, 0, (1, 1))

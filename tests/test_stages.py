@@ -305,23 +305,24 @@ def test_preadv_fills_the_buffer_so_offsets_slice_out_each_record(db, expected, 
         assert len(start) > 10          # records this far apart: many extents
 
 
-@pytest.mark.parametrize("gap,iov_max,twice", [(64 << 10, 1024, False), (0, 1024, False),
-                                               (64 << 10, 3, False), (64 << 10, 1024, True),
-                                               (0, 3, True)])
-def test_preadv_scatters_each_record_back_to_back_in_batch_order(db, expected, index, gap,
-                                                                 iov_max, twice, monkeypatch):
-    """Each record lands right after the one before it in the order asked (no page headers or
-    leaf pages between), one preadv per extent (per ``_IOV_MAX`` pieces); a record asked
-    again (a stream wrapping inside a chunk) is there again."""
+@pytest.mark.parametrize("order", ["file", "file twice", "shuffled", "shuffled twice"])
+@pytest.mark.parametrize("gap,iov_max", [(64 << 10, 1024), (64 << 10, 1), (0, 1024)])
+def test_preadv_lays_records_at_one_stride_in_batch_order(db, expected, index, gap, iov_max,
+                                                          order, monkeypatch):
+    """Each record lands at ``i * stride`` in the order asked (``stride``: the CIFAR Datum's
+    overflow page), one preadv per extent (per ``_IOV_MAX`` pieces); a record asked again (a
+    stream wrapping inside a chunk) is there again; records in file order are a few pieces."""
     monkeypatch.setattr(fetch, "_IOV_MAX", iov_max)
-    pos = np.random.default_rng(5).permutation(N)[:60]
-    if twice:
+    pos = np.arange(60, 140) if order.startswith("file") else \
+        np.random.default_rng(5).permutation(N)[:60]
+    if order.endswith("twice"):
         pos = np.concatenate([pos[:30], [pos[0], 3, 3], pos[30:], pos[:2]])
     sizes = index.sizes[pos].astype(np.int64)
     located = fetch.Scatter.locate(index.offsets[pos].astype(np.int64), sizes, max_gap=gap)
     start, length, buf_off = plan_extents(index.offsets[pos], sizes, max_gap=gap)
     assert [located.start.tolist(), located.length.tolist(), located.buf_off.tolist()] == \
         [start.tolist(), length.tolist(), buf_off.tolist()]   # the extents plan_extents plans
+    scatter = located.scatter
     f = Preadv()
     f.open(db_file(db))
     try:
@@ -329,14 +330,33 @@ def test_preadv_scatters_each_record_back_to_back_in_batch_order(db, expected, i
         offsets, got_sizes = f.fetch(located, alloc, row)
     finally:
         f.close()
-    assert offsets.tolist() == (np.cumsum(sizes) - sizes).tolist()
-    assert bytes(alloc.buf[:int(sizes.sum())]) == b"".join(expected[p] for p in pos)
-    assert bytes(alloc.buf[int(sizes.sum()):]) == b"\xee" * 16   # nothing past the records
-    assert alloc.asked == [int(sizes.sum())]
-    assert row["bytes"] == int(length.sum())
-    calls = located.scatter.calls   # no short reads here: one preadv each
-    assert row["calls"] == len(calls) >= len(start)
-    assert all(b - a <= iov_max for a, b, _ in calls)
+    assert scatter is not None and offsets is scatter.offsets
+    assert offsets.tolist() == (np.arange(len(pos)) * 4096).tolist()
+    assert sliced(alloc.buf, offsets, got_sizes) == [expected[p] for p in pos]
+    assert alloc.asked == [scatter.nbytes] == [4096 * (len(pos) - 1) + 3083]
+    assert bytes(alloc.buf[scatter.nbytes:]) == b"\xee" * 16   # nothing past the records
+    assert row["bytes"] == int(length.sum()) == int(scatter.length.sum())   # each byte once
+    assert row["calls"] == len(scatter.calls) >= len(start)   # no short reads here
+    assert all(b - a <= iov_max for a, b, _ in scatter.calls)
+    if order == "file" and gap:   # 80 records in order: a run per stretch between leaf pages
+        assert len(scatter.length) < 10
+
+
+def test_preadv_reads_records_of_several_sizes_as_they_lie(db, expected, index):
+    pos = np.arange(0, 40)
+    sizes = index.sizes[pos].astype(np.int64)
+    sizes[5] -= 1   # one record a byte short: not one size, no stride
+    located = fetch.Scatter.locate(index.offsets[pos].astype(np.int64), sizes)
+    assert located.scatter is None
+    f = Preadv()
+    f.open(db_file(db))
+    try:
+        alloc = Alloc()
+        offsets, _ = f.fetch(located, alloc, {})
+    finally:
+        f.close()
+    assert offsets is located.buf_off and alloc.asked == [int(located.length.sum())]
+    assert sliced(alloc.buf, offsets, sizes) == [expected[p][:z] for p, z in zip(pos, sizes)]
 
 
 def test_preadv_short_read_is_an_error_not_a_half_filled_buffer(db):

@@ -2,10 +2,9 @@
 
 :class:`MmapCopy` copies values out of LMDB's map (where an mmap reader
 takes its page faults); :class:`Preadv` reads planned extents with one
-``preadv`` each (DIO), scattering the records back to back in their batch
-order (:class:`Scatter`): the kernel's copy is the only one, and a batch of
-same-size records lies at one stride, so their Datum images are a view of
-the buffer. ``fetch(located, alloc, row)`` fills ``alloc(nbytes)`` and
+``preadv`` each (DIO), placing same-size records at one stride in their
+batch order (:class:`Scatter`): the kernel's copy is the only one, and the
+batch's Datum images are a view of the buffer. ``fetch(located, alloc, row)`` fills ``alloc(nbytes)`` and
 returns the records' ``(offsets, sizes)`` in it.
 """
 
@@ -86,41 +85,50 @@ _IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_name
 
 
 class Scatter:
-    """Where each byte of a batch's planned extents goes when its records are laid back to back.
+    """Where each byte of a batch's planned extents goes so that its records lie at one stride.
 
     The extents (:func:`lmdbio.plan.plan_extents`: records sorted by file
     offset, merged while the hole to the next is at most ``max_gap`` bytes)
-    are read one ``preadv`` each; record i goes to ``offsets[i]``, the
-    records back to back in their own order (a batch's order), and every
-    byte between records (page headers, leaf pages, other ranks' records
-    inside an extent) to one scratch area of ``gap`` bytes. ``length``,
-    ``dest``: each piece's bytes and place (-1: the scratch), in file order;
-    ``calls``: ``(first piece, end piece, file offset)``, one ``preadv`` each,
-    within one extent and at most ``_IOV_MAX`` pieces. ``twins``: ``(from, to, size)``
-    of a record asked twice, copied from its first place after the reads.
+    are read one ``preadv`` each. Records of one size go to ``offsets[i] = i *
+    stride`` in their own order (a batch's order), ``stride`` the smallest
+    distance at least a record long between two records next to each other in
+    that order (a CIFAR Datum: its 4 KiB overflow page). Records that lie at
+    that stride in the file too stay together in one piece, the bytes between
+    them landing between them; where the file breaks the stride (a leaf page,
+    records of another rank, a batch that wraps to the file's start) the bytes
+    between go to one scratch area of ``gap`` bytes. A batch read in file
+    order is then a few pieces, and its Datum images one strided view.
+    ``length``, ``dest``: each piece's bytes and place (-1: the scratch), in
+    file order; ``calls``: ``(first piece, end piece, file offset)``, one
+    ``preadv`` each, within one extent and at most ``_IOV_MAX`` pieces;
+    ``twins``: ``(from, to, size)`` of a record asked twice, copied from its
+    first place after the reads; ``nbytes``: the buffer it needs.
     """
 
-    __slots__ = ("offsets", "length", "dest", "calls", "gap", "twins")
+    __slots__ = ("offsets", "length", "dest", "calls", "gap", "twins", "nbytes")
     offsets: np.ndarray
     length: np.ndarray
     dest: np.ndarray
     calls: list[tuple[int, int, int]]
     gap: int
     twins: list[tuple[int, int, int]]
+    nbytes: int
 
     @classmethod
     def locate(cls, offsets: np.ndarray, sizes: np.ndarray, max_gap: int = 64 << 10
                ) -> Extents:
         """The records' :class:`Extents` (as :func:`~lmdbio.plan.plan_extents` plans them) with
-        their scatter (``Extents.scatter``; None when two different records overlap), in
-        one pass over the sorted records."""
+        their scatter (``Extents.scatter``), in one pass over the sorted records. No scatter
+        (the extents are read as they lie) for records of several sizes, two different
+        records that overlap, or a stride over twice a record that would need more buffer
+        than the extents."""
         n = len(offsets)
         if n == 0:
             none = np.zeros(0, np.int64)
             return Extents(none, none, none, sizes)
         order = np.argsort(offsets, kind="stable")
-        s, z = offsets[order], sizes[order]
-        e = s + z
+        s = offsets[order]
+        e = s + sizes[order]
         reach = np.maximum.accumulate(e)
         hole = np.empty(n, np.int64)
         hole[0] = max_gap + 1
@@ -133,50 +141,57 @@ class Scatter:
         buf_off = np.empty(n, np.int64)
         buf_off[order] = (np.cumsum(length) - length)[ext] + (s - start[ext])
         located = Extents(start, length, buf_off, sizes)
-        gap = np.where(new, 0, hole)
-        twin = np.zeros(n, bool)   # a record asked again (a stream wrapping in one chunk)
-        np.equal(s[1:], s[:-1], out=twin[1:])
-        twin[1:] &= z[1:] == z[:-1]
-        if not twin.any():
-            if hole.min() >= 0:
-                located.scatter = cls._of(order, s, z, gap, first, sizes)
-            return located
-        one = ~twin
-        if hole[one].min() < 0:   # records that overlap without being one: read as they lie
-            return located
-        scatter = cls._of(order[one], s[one], z[one], gap[one], np.cumsum(one)[first] - 1, sizes)
-        # Each twin is copied from the record's first place once the reads are done.
-        src = order[np.maximum.accumulate(np.where(one, np.arange(n), 0))[twin]]
-        dst = order[twin]
-        scatter.twins = list(zip(scatter.offsets[src].tolist(), scatter.offsets[dst].tolist(),
-                                 sizes[dst].tolist()))
-        located.scatter = scatter
+        size = int(sizes[0])
+        if n > 1 and (sizes == size).all():
+            located.scatter = cls._strided(order, s, hole, new, size, offsets,
+                                           int(length.sum()))
         return located
 
     @classmethod
-    def _of(cls, order, s, z, gap, first, sizes) -> Scatter:
-        self = cls()
+    def _strided(cls, order, s, hole, new, size: int, offsets, most: int) -> Scatter | None:
+        step = np.diff(offsets)
+        step = step[step >= size]
+        stride = int(step.min()) if len(step) else size
         n = len(s)
+        if stride > 2 * size and stride * (n - 1) + size > most:
+            return None   # records far apart (another reader's between): as they lie
+        twin = np.zeros(n, bool)   # a record asked again (a stream wrapping in one chunk)
+        np.equal(s[1:], s[:-1], out=twin[1:])
+        one = ~twin
+        if hole[one].min() < 0:   # two different records overlap
+            return None
+        self = cls()
+        self.offsets = np.arange(n, dtype=np.int64) * stride
+        self.nbytes = stride * (n - 1) + size
         self.twins = []
-        self.offsets = np.cumsum(sizes) - sizes
-        # Two pieces per record, the bytes before it in its extent then the record itself.
-        length = np.empty((n, 2), np.int64)
-        length[:, 0], length[:, 1] = gap, z
-        dest = np.empty((n, 2), np.int64)
-        dest[:, 0], dest[:, 1] = -1, self.offsets[order]
-        at = np.empty((n, 2), np.int64)
-        at[:, 0], at[:, 1] = s - gap, s
-        keep = gap.astype(bool).repeat(2)
-        keep[1::2] = True   # records, even empty ones (a piece of 0 bytes reads nothing)
-        self.length, self.dest = length.ravel()[keep], dest.ravel()[keep]
-        self.gap = int(gap.max())
-        # An extent's first piece is its first record (no gap before it): piece 2f - gaps
-        # dropped before record f. A call more every _IOV_MAX pieces.
+        if twin.any():
+            src = order[np.maximum.accumulate(np.where(one, np.arange(n), 0))[twin]]
+            self.twins = [(int(a) * stride, int(b) * stride, size)
+                          for a, b in zip(src.tolist(), order[twin].tolist())]
+            order, s, new = order[one], s[one], new[one]
+        # Runs: records next to each other in the file and in the batch, at the stride.
+        cut = new.copy()
+        cut[1:] |= (np.diff(s) != stride) | (np.diff(order) != 1)
+        head = np.flatnonzero(cut)
+        tail = np.append(head[1:], len(s)) - 1
+        run_len = s[tail] + size - s[head]
+        gap = np.zeros(len(head), np.int64)
+        gap[1:] = s[head[1:]] - (s[tail[:-1]] + size)
+        gap[new[head]] = 0
+        # Two pieces per run, the bytes before it in its extent (to the scratch) then the run.
+        length = np.stack((gap, run_len), axis=1).ravel()
+        dest = np.stack((np.full(len(head), -1, np.int64), order[head] * stride), axis=1).ravel()
+        at = np.stack((s[head] - gap, s[head]), axis=1).ravel()
+        keep = length > 0
+        keep[1::2] = True
+        self.length, self.dest, self.gap = length[keep], dest[keep], int(gap.max())
+        # An extent's first piece is its first run (nothing before it); a call more every
+        # _IOV_MAX pieces.
         piece = np.cumsum(keep) - 1
-        heads = piece[2 * first + 1].tolist()
-        pos = at.ravel()[keep]
+        starts = piece[2 * np.flatnonzero(new[head]) + 1].tolist()
+        pos = at[keep]
         calls = []
-        for a, b in zip(heads, [*heads[1:], len(self.length)]):
+        for a, b in zip(starts, [*starts[1:], len(self.length)]):
             for c in range(a, b, _IOV_MAX):
                 calls.append((c, min(b, c + _IOV_MAX), int(pos[c])))
         self.calls = calls
@@ -185,6 +200,12 @@ class Scatter:
     def read(self, fd: int, buf: np.ndarray, scratch: np.ndarray, path: str) -> int:
         """Read every call into ``buf`` (and the scratch); returns the ``preadv`` calls made.
         A short read (a signal, the file cut under us) is finished piece by piece."""
+        # The kernel writes where the iovecs point: never past either array.
+        if buf.dtype != np.uint8 or buf.ndim != 1 or not buf.flags.c_contiguous or \
+                not buf.flags.writeable or len(buf) < self.nbytes or len(scratch) < self.gap:
+            raise ValueError(f"Scatter.read needs a writable contiguous uint8 buffer of "
+                             f"{self.nbytes} bytes and a scratch of {self.gap}; got "
+                             f"{buf.dtype} {buf.shape} and {len(scratch)} bytes")
         iov = np.empty((len(self.length), 2), np.uint64)
         iov[:, 0] = np.where(self.dest < 0, scratch.ctypes.data, buf.ctypes.data + self.dest)
         iov[:, 1] = self.length
@@ -230,11 +251,11 @@ class MmapCopy(Fetcher):
 
 
 class Preadv(Fetcher):
-    """DIO: read planned extents, one ``preadv`` per extent (at most ``_IOV_MAX`` pieces),
-    each record straight to its place in the buffer, back to back in batch order
-    (:class:`Scatter`); the bytes between records go to a scratch area. Without libc's
-    ``preadv``, or with a record asked twice, the extents are read back to back as they are
-    (:func:`read_extents`)."""
+    """DIO: read planned extents, one ``preadv`` per extent (at most ``_IOV_MAX`` pieces).
+    Records of one size land at one stride in batch order (:class:`Scatter`: the bytes the
+    stride does not hold go to a scratch area); records of several sizes, or where the
+    stride needs more buffer than the extents, are read back to back as they lie
+    (:func:`read_extents`), as they are without libc's ``preadv``."""
 
     name = "preadv"
 
@@ -254,7 +275,7 @@ class Preadv(Fetcher):
             row["bytes"], row["calls"] = read_extents(self.fd, buf, located.start,
                                                       located.length, self.path)
             return located.buf_off, located.sizes
-        buf = alloc(int(located.sizes.sum()))
+        buf = alloc(plan.nbytes)
         if len(self._scratch) < plan.gap:
             self._scratch = np.empty(max(plan.gap, 4096), np.uint8)
         row["calls"] = plan.read(self.fd, buf, self._scratch, self.path)
