@@ -342,6 +342,30 @@ def test_preadv_lays_records_at_one_stride_in_batch_order(db, expected, index, g
         assert len(scatter.length) < 10
 
 
+def test_scatter_refuses_a_buffer_it_would_write_past(db, index):
+    """The kernel writes where the iovecs point: a short, read-only or strided buffer, or a
+    short scratch, is refused before any read, and the bytes around stay as they were."""
+    pos = np.arange(0, 190)
+    located = fetch.Scatter.locate(index.offsets[pos].astype(np.int64),
+                                   index.sizes[pos].astype(np.int64))
+    sc = located.scatter
+    assert sc.gap > 0   # leaf pages between the records: the scratch is used
+    fd = os.open(db_file(db), os.O_RDONLY)
+    try:
+        whole = np.full(sc.nbytes + 32, 0xEE, np.uint8)
+        ro = whole[:sc.nbytes].copy()
+        ro.flags.writeable = False
+        for buf, scratch in ((whole[:sc.nbytes - 1], np.empty(sc.gap, np.uint8)), (ro, None),
+                             (np.empty(2 * sc.nbytes, np.uint8)[::2], None),
+                             (whole[:sc.nbytes], np.empty(sc.gap - 1, np.uint8))):
+            with pytest.raises(ValueError, match="Scatter.read needs"):
+                sc.read(fd, buf, np.empty(sc.gap, np.uint8) if scratch is None else scratch,
+                        "data.mdb")
+        assert (whole == 0xEE).all()
+    finally:
+        os.close(fd)
+
+
 def test_preadv_reads_records_of_several_sizes_as_they_lie(db, expected, index):
     pos = np.arange(0, 40)
     sizes = index.sizes[pos].astype(np.int64)
