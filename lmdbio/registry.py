@@ -356,7 +356,25 @@ def tag_problem(name: str, tags: tuple[str, ...]) -> str:
     fixes += [f"drop {t!r}" for t in tags if have - {t} in valid]
     labels = " + ".join(o.label for o in _OPTIMIZATIONS if o.tag in have)
     how = " or ".join(fixes) if fixes else "use one of " + ", ".join(variants())
-    return f"variant {name!r}: {labels} is no combination the stages allow: {how}"
+    why = _stage_reason(name)
+    return f"variant {name!r}: {labels} is no combination the stages allow: {how}" + \
+        (f" (the stages say: {why})" if why else "")
+
+
+def _stage_reason(name: str) -> str:
+    """The first stage-level fault of the combination named ``name`` with the most switches
+    on (what the stages' needs and excludes say), or "" when no combination has the name."""
+    best: tuple[int, list[str]] = (-1, [])
+    for fields in _combinations():
+        try:
+            if name_of(fields) != name:
+                continue
+        except ConfigurationError:
+            continue
+        on = sum(_is_on(f, fields[f]) for f in SWITCHES)
+        if on > best[0]:
+            best = (on, choose(fields)[1])
+    return best[1][0] if best[1] else ""
 
 
 class StageTable(Mapping):

@@ -107,6 +107,11 @@ def test_errors_say_what_to_change():
     with pytest.raises(ConfigurationError, match="LMM \\+ DM \\+ DIO is no combination the "
                                                  "stages allow: drop 'dm' or drop 'dio'"):
         parse_variant("lmdbio-lmm-dm-dio")
+    # A tag the stages cannot take says which to add or drop, and the stages' own reason.
+    with pytest.raises(ConfigurationError, match=r"add 'dio' or drop 'prov' \(the stages say: "
+                                                 r"fetch='mmap': copies out of LMDB's map need "
+                                                 r"records as views .* use fetch='pread'"):
+        parse_variant("lmdbio-lmm-prov")
 
 
 # ------------------------------------------------------------------ a toy stage

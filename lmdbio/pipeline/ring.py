@@ -37,6 +37,7 @@ class Ring(Walk):
         super().__init__()
         self.speculative = speculative
         self.readers: Any = None   # the readers' communicator, from setup()
+        self.names: tuple[int, ...] = ()   # each reader's rank in the Reader's communicator
         self.rank = -1
         self._pending: list = []
         self._map_addr: int | None = None          # where LMDB mapped the file (speculation)
@@ -61,6 +62,8 @@ class Ring(Walk):
     def setup(self, comm, readers, schedule, row: dict) -> None:
         super().setup(comm, readers, schedule, row)
         self.readers, self.rank = readers, comm.rank
+        if readers is not None and not self.names:   # a timeout names the reader's rank
+            self.names = tuple(readers.allgather(comm.rank))
 
     def locate(self, chunk: int, schedule, rec) -> Views:
         t = chunk * schedule.k
@@ -75,7 +78,8 @@ class Ring(Walk):
                 key, pos = wait_request(
                     rc.irecv(source=(k - 1) % R, tag=_TAG), timeout(),
                     f"rank {self.rank}: the previous reader of the DM ring (reader "
-                    f"{(k - 1) % R}) did not pass the cursor for batch {t}")
+                    f"{(k - 1) % R}) did not pass the cursor for batch {t}",
+                    who=[self.names[(k - 1) % R]])
             else:
                 key = pos = None
         with rec.phase("locate", t) as row:
@@ -140,7 +144,8 @@ class Ring(Walk):
         if rc is not None and not failed and rc.size > 1 and rc.rank == 0 and self._located > 0:
             wait_request(rc.irecv(source=rc.size - 1, tag=_TAG), timeout(),
                          f"rank {self.rank}: the last reader of the DM ring did not pass "
-                         "its final cursor (it stopped early or exited)")
+                         "its final cursor (it stopped early or exited)",
+                         who=[self.names[rc.size - 1]])
         while self._pending:
             self._settle(self._pending[0], (rc.rank + 1) % rc.size)
             self._pending.pop(0)
@@ -150,4 +155,5 @@ class Ring(Walk):
         if not completes_within(req, timeout()):
             raise PeerTimeoutError(f"rank {self.rank}: a DM-ring hand-off to the next reader "
                                    f"(reader {dest}) was not received within {timeout():g} s "
-                                   "(LMDBIO_TIMEOUT): it stopped reading or exited")
+                                   "(LMDBIO_TIMEOUT): it stopped reading or exited",
+                                   missing=[self.names[dest]], limit=timeout())
