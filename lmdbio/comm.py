@@ -29,11 +29,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
-from .errors import ConfigurationError, PeerTimeoutError
+from .errors import ConfigurationError, LmdbioError, PeerTimeoutError
 from .failures import lowest_error, portable, rebuild
 from .waiting import timeout
 
-__all__ = ["Comm", "MPIComm", "TorchComm", "as_comm", "launched_by_mpi", "PER_RANK_HINT"]
+__all__ = ["Comm", "MPIComm", "TorchComm", "LocalComm", "as_comm", "launched_by_mpi", "PER_RANK_HINT"]
 
 #: Environment variables MPI launchers (Hydra, Open MPI, PMIx, Slurm's PMI) set in each rank.
 MPI_LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
@@ -427,3 +427,55 @@ class TorchComm(Comm):
             return int(raw)
         hosts = self.allgather(socket.gethostname())
         return hosts.count(hosts[self.rank])
+
+
+class LocalComm(Comm):
+    """A :class:`~lmdbio.comm.Comm` of one process (rank 0 of 1): every collective is the
+    call itself, nothing is sent. A DataLoader worker's pipeline runs on it."""
+
+    rank, size = 0, 1
+
+    def bcast(self, obj, root=0):
+        return obj
+
+    def allgather(self, obj):
+        return [obj]
+
+    def gather(self, obj, root=0):
+        return [obj]
+
+    def allreduce(self, obj, op="sum"):
+        return bool(obj) if op == "lor" else obj
+
+    def send(self, obj, dest, tag):
+        raise LmdbioError(f"a one-process communicator has no rank {dest} to send to")
+
+    def recv(self, source, tag):
+        raise LmdbioError(f"a one-process communicator has no rank {source} to receive from")
+
+    def barrier(self, limit=None, what="a barrier"):
+        return None
+
+    def allgather_within(self, value, limit=None, what="an allgather"):
+        return [value]
+
+    def collective(self, fn, *args, **kwargs):
+        return fn(*args, **kwargs)
+
+    def agree(self, failed, limit):
+        return True, [0] if failed else [], []
+
+    def dup(self):
+        return LocalComm()
+
+    def release(self, settled):
+        return None
+
+    def abort(self, exc):
+        os._exit(130 if isinstance(exc, KeyboardInterrupt) else 1)
+
+    def node_number(self, ranks_per_node=None):
+        return 0
+
+    def local_size(self):
+        return 1

@@ -27,7 +27,7 @@ each epoch (any variant; ``prefetch=d`` reads ahead in a thread).
 DataLoader takes its workers' items, so the loader yields the same records in
 the same order as with ``W = 0``. A worker reads with no MPI and no messages
 (:class:`WorkerReader`): through the ``lmdbio-direct`` pipeline's stages on a
-one-process communicator (:class:`~lmdbio.torch.worker.LocalComm`), opening
+one-process communicator (:class:`~lmdbio.comm.LocalComm`), opening
 LMDB itself, read-only, when it reads its first batch and holding its own read
 transaction on the plan's snapshot. Nothing unpicklable travels to the workers
 (``fork``, ``spawn`` or ``forkserver``). A fork-started worker cannot open a

@@ -5,19 +5,18 @@ A DataLoader worker delivers its rank's share of some of an epoch's batches. It 
 them through the :class:`~lmdbio.pipeline.Pipeline` stages a Reader rank of
 ``lmdbio-direct`` uses (``ProvOrIndex`` locates: the provenance sidecar where current,
 else the record index; ``Preadv`` fetches; ``PrivateSlots`` holds the bytes), run on
-:class:`LocalComm`, where every collective step is the call itself.
+:class:`~lmdbio.comm.LocalComm`, where every collective step is the call itself.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
 from ..batch import Batch
-from ..comm import Comm
-from ..errors import AlreadyOpenError, ConfigurationError, LmdbioError, SnapshotError
+from ..comm import LocalComm
+from ..errors import AlreadyOpenError, ConfigurationError, SnapshotError
 from ..lmdbenv import LMDB_READERS
 from ..pipeline.epoch import EpochRows
 from .plan import RankPlan
@@ -29,64 +28,12 @@ __all__ = ["LocalComm", "WorkerReader", "LMDB_READERS"]
 WORKER_VARIANT = "lmdbio-direct"
 
 
-class LocalComm(Comm):
-    """A :class:`~lmdbio.comm.Comm` of one process (rank 0 of 1): every collective is the
-    call itself, nothing is sent. A DataLoader worker's pipeline runs on it."""
-
-    rank, size = 0, 1
-
-    def bcast(self, obj, root=0):
-        return obj
-
-    def allgather(self, obj):
-        return [obj]
-
-    def gather(self, obj, root=0):
-        return [obj]
-
-    def allreduce(self, obj, op="sum"):
-        return bool(obj) if op == "lor" else obj
-
-    def send(self, obj, dest, tag):
-        raise LmdbioError(f"a one-process communicator has no rank {dest} to send to")
-
-    def recv(self, source, tag):
-        raise LmdbioError(f"a one-process communicator has no rank {source} to receive from")
-
-    def barrier(self, limit=None, what="a barrier"):
-        return None
-
-    def allgather_within(self, value, limit=None, what="an allgather"):
-        return [value]
-
-    def collective(self, fn, *args, **kwargs):
-        return fn(*args, **kwargs)
-
-    def agree(self, failed, limit):
-        return True, [0] if failed else [], []
-
-    def dup(self):
-        return LocalComm()
-
-    def release(self, settled):
-        return None
-
-    def abort(self, exc):
-        os._exit(130 if isinstance(exc, KeyboardInterrupt) else 1)
-
-    def node_number(self, ranks_per_node=None):
-        return 0
-
-    def local_size(self):
-        return 1
-
-
 class WorkerReader:
     """A DataLoader worker's reading path: no MPI, no messages.
 
     :meth:`open` (called by the first :meth:`read`) opens LMDB read-only in this process
     with a reader table for ``plan.readers(workers)`` transactions (or ``max_readers``),
-    sets up the ``lmdbio-direct`` pipeline on :class:`LocalComm` (its locator holds a read
+    sets up the ``lmdbio-direct`` pipeline on :class:`~lmdbio.comm.LocalComm` (its locator holds a read
     transaction on the plan's snapshot, so a writer cannot recycle its pages, and builds
     its table of every record once); :meth:`read` reads records by position through it.
     It closes at the worker's exit.
