@@ -25,7 +25,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "lmdbio/datasets.py:make_dataset": "a Caffe-style LMDB written the way convert_imageset does",
     "lmdbio/recordindex.py:_walk": "the B-tree walk over pages read in runs",
     "lmdbio/lab/model/sharedprobe.py:measure": "the shared-target probe: rows, queues, budget",
-    "lmdbio/lab/model/streams.py:run_phase": "each stream's seconds and the model's counters",
     "lmdbio/lab/model/validate.py:validate": "measured against predicted seconds per point",
 }
 

@@ -787,6 +787,29 @@ def test_every_estimate_is_drawn_within_its_range_and_moves_some_prediction():
         assert lo != hi, f"estimate {e.name} moves no prediction: remove it or make it act"
 
 
+def test_predict_in_forked_workers_gives_the_rows_of_one_process_in_order():
+    # The platform does not pickle: the workers inherit it, and only indices and rows travel.
+    args = (_bebop(), [1, 36, 576], ["lmdb", "lmdbio-lmm-dm", FULL_STACK], None, CAL)
+    forked = predict(*args, budget=300, jobs=2)
+    assert [(r["workload"], r["variant"], r["nprocs"]) for r in forked][:3] == [
+        ("cifar10-large-alexnet", "lmdb", 1), ("cifar10-large-alexnet", "lmdb", 36),
+        ("cifar10-large-alexnet", "lmdb", 576)]
+    assert forked == predict(*args, budget=300, jobs=1)
+
+
+def test_a_repeated_phase_is_simulated_once_and_each_caller_owns_its_results():
+    from lmdbio.lab.model import streams
+
+    prof = load_profile("gpfs-2017")
+    phase = [Stream(node=0, n=40, size=64 << 10, depth=2), Stream(node=1, n=40, size=64 << 10, offset=1 << 30)]
+    times, counters = run_phase(prof, 2, phase)
+    hits = streams._phase.cache_info().hits
+    times[0], counters["requests"] = -1.0, -1
+    again, counters2 = run_phase(prof, 2, list(phase))
+    assert streams._phase.cache_info().hits == hits + 1
+    assert again[0] > 0 and counters2["requests"] == 80
+
+
 def test_joint_samples_carry_every_estimate_and_run_the_model_at_each():
     from lmdbio.lab.model.uncertainty import PREFIX, apply, co_centrals, draw, joint
 

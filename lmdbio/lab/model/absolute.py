@@ -1,24 +1,12 @@
 """The model's absolute times against bounds that do not come from the papers' speedups.
 
-The poster's figure ("Overall training time, CIFAR10-Large-AlexNet, 512
-iterations") is a set of runs that happened. So each predicted time must lie
-
-- below what one job could run on the machine (an **upper** bound: the
-  papers ran the point, so it fitted a job's wall-clock limit), and
-- above what the hardware allows at best (**lower** bounds: the bytes read
-  over the storage's aggregate bandwidth; the training FLOPs over a core's
-  peak).
-
-Every bound is computed from the platform and workload files plus the
-constants below, each with its source or marked as an estimate. A verdict
-compares a bound with the central prediction and with the band (5-95% of
-the joint samples, :mod:`lmdbio.lab.model.uncertainty`, where they were run).
-
-The poster's own axis is a check of its own (:func:`axis_check`): every
-CIFAR10-Large series must lie between 10 s and 100,000 s at every P of
-its x axis. A series outside it is a failed check, reported with the
-mechanism that dominates the point that leaves the axis; it is not a
-reason to change an estimate.
+The poster's runs happened, so each predicted time must lie below what one job could run (the
+walltime, an **upper** bound) and above what the hardware allows at best (**lower** bounds: the
+bytes over the storage's aggregate bandwidth, the training FLOPs at a core's peak); each bound
+comes from the platform and workload files and the constants below, with its source. A verdict
+compares a bound with the central prediction and with the band (the joint samples'). The
+poster's own axis is a check of its own (:func:`axis_check`): a series outside 10-100,000 s is a
+failed check, reported with the mechanism that dominates, not a reason to change an estimate.
 """
 
 from __future__ import annotations
@@ -145,21 +133,21 @@ def _joint_bands(joint_rows) -> dict:
 
 def absolute_table(platform: Platform | str = "bebop", procs=POSTER_PROCS, variants=("all",),
                    workloads=None, cal: Calibration | None = None, budget: int = 20000,
-                   batches=BATCH_READINGS, joint_rows=None):
+                   batches=BATCH_READINGS, joint_rows=None, jobs: int | None = 1):
     """One row per workload x batch reading x variant x P x bound: the total, its band, the verdict.
 
     Runs the model (:func:`predict`) at ``procs`` for both batch readings;
     nothing is read from earlier results except ``joint_rows`` (the joint
     samples, ``joint.csv``), whose 5-95% range is the band where they ran
     (NaN elsewhere). ``dominant_mechanism`` and ``dominant_share`` (the
-    dominant phase's share of an iteration) say what makes the time.
+    dominant phase's share of an iteration) say what makes the time. ``jobs``: as :func:`predict`.
     """
     import pandas as pd
 
     plat = load_platform(platform) if not isinstance(platform, Platform) else platform
     cal = cal or load_calibration()
     procs = [int(p) for p in procs]
-    rows = predict(plat, procs, variants, workloads, cal, budget, batches=batches)
+    rows = predict(plat, procs, variants, workloads, cal, budget, batches=batches, jobs=jobs)
     bands = _joint_bands(joint_rows)
     out = []
     for r in rows:

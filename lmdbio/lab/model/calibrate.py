@@ -1,50 +1,9 @@
 """Calibration: microbenchmarks of this machine's CPU-side costs (never the papers' numbers).
 
-``run_calibration()`` measures, on a small scratch LMDB it writes itself:
-
-- ``cursor_step_s``: one LMDB cursor ``next()`` (the walk of problem 2);
-- ``page_fault_s``: one minor page fault on a file mapping whose page is in
-  the page cache (the kernel side of every mmap read, problem 1 and 3);
-- ``copy_record_s`` / ``memcpy_byte_s``: copying a value out of the map, per
-  record and per byte (the mmap fetch);
-- ``pread_call_s`` / ``pread_byte_s``: a ``pread`` from the page cache, per
-  call and per byte (least squares over 4 KiB-4 MiB; the direct fetch);
-- ``plan_record_s``: planning extents, per record (DIO/PROV's locate);
-- ``handoff_s``: one futex hand-off between two processes, wake to run
-  (the shared-memory hand-off of LMM, and the cost of one wake-up in the
-  papers' wake-everyone fault completion);
-- ``mpi_alpha_s`` / ``mpi_beta_s``: an MPI message between two ranks of this
-  node, latency and seconds per byte (ping-pong, mpiexec -n 2);
-- ``batch_s`` / ``record_s``: the fixed cost of one ``read_batch()`` per
-  variant family on a lone reader (two-record batches) and its cost per
-  record (256-record batches minus two-record ones), warm;
-- ``batch_cpu_s``: the Reader's per-batch Python as a process pays it: the
-  mean CPU time (``process_time`` over 300 calls, so garbage collection and
-  the slow calls a median leaves out count) of one 256-record
-  ``read_batch()`` per variant family, lone reader, warm, per-phase stats
-  on (as ``lmdbio bench`` runs it);
-- ``batch_cpu_large_s`` / ``large_record_bytes``: the same for 256 records of
-  ImageNet size (about 50 MB a batch: the batch buffer, its first touch and
-  the copy or pread of every byte), on a 384-record set: with
-  ``batch_cpu_s`` the per-record CPU at two record sizes, linear between;
-  ``batch_cpu_large16_s`` for 16 of them (3 MB a batch: a buffer below
-  glibc's largest mmap threshold, :data:`MMAP_THRESHOLD_MAX`, is reused);
-- ``member_batch_s`` / ``member_crowded_s`` / ``crowd_cpu_factor``: the CPU
-  of a member's ``read_batch()`` in a group of 2 ranks and of 8 ranks per
-  core, and how much the reader's CPU grows in that crowd;
-- ``disk_latency_s`` / ``disk_bw``: a cold 4 KiB read and the cold
-  sequential bandwidth of the disk under the scratch directory;
-- ``disk_read_overlap``: the share of a reader's CPU between cold 1 MiB
-  preads (back to back, as PROV reads its batches) that the disk's readahead
-  hides: (t_reads + t_cpu - t_both) / min(t_reads, t_cpu), 0 to 1;
-- ``pfs_inflight``: the effective depth of a cold large buffered ``pread``
-  through an lmdbio.lab.pfs mount of the gpfs-2017 profile (requests x their
-  unqueued service time / wall time): how many of an explicit read's
-  requests are in flight at once on the emulated PFS. NaN, with the reason
-  in ``pfs_inflight_source``, when FUSE is not available.
-
-It takes well under a minute. Results: ``calibration.json`` (values, units,
-what each measures) and ``meta.json`` (host, versions, commit).
+``run_calibration()`` measures them on a small scratch LMDB it writes itself, in well under a
+minute (:mod:`lmdbio.lab.model.microbench`). What each value measures and how is :data:`HOW`,
+written into ``calibration.json`` beside the values and their units; ``meta.json`` holds the
+host, versions and commit.
 """
 
 from __future__ import annotations
@@ -181,8 +140,6 @@ class Calibration:
 
     def units(self) -> dict:
         return {f.name: self.UNITS.get(f.name, "s") for f in fields(self)}
-
-
 
 
 # ------------------------------------------------------------------ driver
@@ -337,9 +294,3 @@ def load_calibration(path: str | os.PathLike = DEFAULT_DIR) -> Calibration:
     except (KeyError, TypeError, ValueError) as exc:
         raise LmdbioError(f"{f} is not a calibration this version reads ({exc}); "
                           "rerun `lmdbio model calibrate`") from None
-
-
-if __name__ == "__main__":
-    from .microbench import main
-
-    sys.exit(main(sys.argv))

@@ -39,43 +39,39 @@ def _procs(text: str) -> list[int]:
 
 
 def _cmd_calibrate(args) -> int:
-    from .calibrate import run_calibration, save_calibration
-
-    load0 = os.getloadavg()[0]
-    cal = run_calibration(args.workdir, progress=not args.quiet)
-    load1 = os.getloadavg()[0]
-    out = save_calibration(cal, args.out, config={"workdir": args.workdir, "argv": sys.argv[1:],
-                                                  "loadavg_1min": [load0, load1]})
-    # Requests per explicit read through the emulated PFS (the model's requests_per_read.csv).
     from pathlib import Path
 
     import pandas as pd
 
     from ..pfs.mount import FuseUnavailable
+    from ..storage.throttle import ThrottleUnavailable, throttle_available
+    from .calibrate import run_calibration, save_calibration
+    from .leafcut import measure as measure_leaf_cut
     from .requests import measure
+    from .walkread import measure as measure_walk
 
+    load0 = os.getloadavg()[0]
+    cal = run_calibration(args.workdir, progress=not args.quiet)
+    load1 = os.getloadavg()[0]
+    out = Path(save_calibration(cal, args.out, config={"workdir": args.workdir, "argv": sys.argv[1:],
+                                                       "loadavg_1min": [load0, load1]}))
+    # Requests per explicit read through the emulated PFS (the model's requests_per_read.csv).
     try:
-        rows = measure(workdir=args.workdir)
-        pd.DataFrame(rows).to_csv(Path(out) / "requests_per_read.csv", index=False)
+        pd.DataFrame(measure(workdir=args.workdir)).to_csv(out / "requests_per_read.csv", index=False)
     except FuseUnavailable as exc:
         print(f"lmdbio: requests per read not measured (no FUSE: {exc}); the committed "
               "requests_per_read.csv stays", file=sys.stderr)
     # What a cold cursor walk reads (walk_touches_values), on a loop device: root only.
-    from ..storage.throttle import ThrottleUnavailable, throttle_available
-    from .walkread import measure as measure_walk
-
     ok, why = throttle_available()
     try:
         if not ok:
             raise ThrottleUnavailable(why)
-        pd.DataFrame(measure_walk(workdir=args.workdir)).to_csv(Path(out) / "walk_reads.csv", index=False)
+        pd.DataFrame(measure_walk(workdir=args.workdir)).to_csv(out / "walk_reads.csv", index=False)
     except ThrottleUnavailable as exc:
         print(f"lmdbio: walk reads not measured ({exc}); the committed walk_reads.csv stays",
               file=sys.stderr)
     # What cached leaf pages cost DIO's reads on this disk (no root needed).
-    from .leafcut import measure as measure_leaf_cut
-
-    pd.DataFrame(measure_leaf_cut(workdir=args.workdir)).to_csv(Path(out) / "leaf_cut.csv", index=False)
+    pd.DataFrame(measure_leaf_cut(workdir=args.workdir)).to_csv(out / "leaf_cut.csv", index=False)
     if max(load0, load1) > 0.5 * cal.cores:
         print(f"lmdbio: warning: load average {max(load0, load1):.1f} on {cal.cores} cores while "
               "calibrating; costs may be inflated - rerun on an idle machine", file=sys.stderr)
@@ -118,7 +114,7 @@ def _cmd_predict(args) -> int:
     wls = args.workloads and args.workloads.split(",")
     batches = [b.strip() for b in args.batches.split(",") if b.strip()]
     t0 = time.monotonic()
-    rows = predict(plat, procs, variants, wls, cal, budget=args.budget, batches=batches)
+    rows = predict(plat, procs, variants, wls, cal, budget=args.budget, batches=batches, jobs=None)
     say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     say(f"[predict] {len(rows)} points in {time.monotonic() - t0:.0f} s")
     band = [max(procs)] if args.band_procs in (None, "none") else _procs(args.band_procs)
@@ -131,7 +127,8 @@ def _cmd_predict(args) -> int:
         say(f"[predict] {args.samples} joint samples in {time.monotonic() - t0:.0f} s")
         if args.map_points > 1 and ("all" in variants or not variants):
             t0 = time.monotonic()
-            maps = verdict_maps(plat, samples, cal, max(band), points=args.map_points, budget=args.budget)
+            maps = verdict_maps(plat, samples, cal, max(band), points=args.map_points, budget=args.budget,
+                                jobs=None)
             say(f"[predict] verdict maps in {time.monotonic() - t0:.0f} s")
     out = write_predictions(rows, args.out, {"platform": args.platform, "procs": procs,
                                              "variants": variants, "budget": args.budget,
@@ -156,7 +153,8 @@ def _cmd_absolute(args) -> int:
     joint_csv = Path(args.joint) if args.joint else Path(args.out).with_name("joint.csv")
     joint_rows = pd.read_csv(joint_csv) if joint_csv.exists() else None
     t = absolute_table(args.platform, _procs(args.procs), variants, wls,
-                       load_calibration(args.calibration), budget=args.budget, joint_rows=joint_rows)
+                       load_calibration(args.calibration), budget=args.budget, joint_rows=joint_rows,
+                       jobs=None)
     out = write_absolute(t, args.out)
     axis = axis_check(t)
     show = t.drop_duplicates(["workload", "batch", "variant", "nprocs"])
@@ -179,6 +177,20 @@ def _cmd_platforms(args) -> int:
     return 0
 
 
+def _common(p, points: bool = False) -> None:
+    """The calibration and budget options (and with ``points`` the procs, variants, workloads)."""
+    from .calibrate import DEFAULT_DIR
+
+    p.add_argument("--calibration", default=str(DEFAULT_DIR))
+    p.add_argument("--budget", type=int, default=20000,
+                   help="storage-model pieces simulated per phase (default %(default)s)")
+    if points:
+        p.add_argument("--procs", default="1,2,4,8,16,36,72,...,9216",
+                       help="process counts; '...' continues the poster's axis (default %(default)s)")
+        p.add_argument("--variants", default="all", help="'all' or comma-separated variant names")
+        p.add_argument("--workloads", default=None, help="comma-separated workload names (default all)")
+
+
 def add_model_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``model`` and its subcommands to the ``lmdbio`` command."""
     from .calibrate import DEFAULT_DIR
@@ -199,32 +211,24 @@ def add_model_parser(subparsers) -> argparse.ArgumentParser:
     v.add_argument("sources", nargs="*", help="summary.csv files or directories (default: "
                    "data/results/bench_issue6 and data/results/pfs_sweep)")
     v.add_argument("--platform", default="this-machine")
-    v.add_argument("--calibration", default=str(DEFAULT_DIR))
     v.add_argument("--out", default=str(REPO / "data" / "results" / "model_validation"))
-    v.add_argument("--budget", type=int, default=20000,
-                   help="storage-model pieces simulated per phase (default %(default)s)")
+    _common(v)
     v.set_defaults(func=_cmd_validate)
 
     r = sub.add_parser("predict", help="predict a platform's variants over process counts")
     r.add_argument("--platform", required=True, help="a name in lmdbio/lab/platforms/ or a TOML file")
-    r.add_argument("--procs", default="1,2,4,8,16,36,72,...,9216",
-                   help="process counts; '...' continues the poster's axis (default %(default)s)")
-    r.add_argument("--variants", default="all", help="'all' or comma-separated variant names")
-    r.add_argument("--workloads", default=None, help="comma-separated workload names (default all)")
+    _common(r, points=True)
     r.add_argument("--batches", default="global,per-process",
                    help="batch readings to predict: a fixed global batch (strong scaling) and/or a "
                         "fixed batch per process (weak); default %(default)s")
-    r.add_argument("--calibration", default=str(DEFAULT_DIR))
     r.add_argument("--out", required=True, help="directory for predictions.csv and meta.json")
-    r.add_argument("--budget", type=int, default=20000,
-                   help="storage-model pieces simulated per phase (default %(default)s)")
     r.add_argument("--band-procs", default=None,
                    help="process counts at which the joint samples run (joint.csv, the bands and "
                         "verdicts); default: the largest of --procs; 'none': skip")
     r.add_argument("--samples", type=int, default=512,
                    help="joint samples (a seeded Latin hypercube over every estimate's range; about "
-                        "3 s each at 9,216 processes; default %(default)s, enough for the first-order "
-                        "Sobol indices of sobol.csv)")
+                        "1 s of CPU each at 9,216 processes, on every core; default %(default)s, enough "
+                        "for the first-order Sobol indices of sobol.csv)")
     r.add_argument("--seed", type=int, default=1, help="the joint samples' seed (default %(default)s)")
     r.add_argument("--map-points", type=int, default=6,
                    help="grid points per estimate of the verdict maps (verdict_map.csv; 0: none)")
@@ -235,15 +239,9 @@ def add_model_parser(subparsers) -> argparse.ArgumentParser:
                        "against the poster's axis and bounds that do not come from the papers' "
                        "speedups (walltime, bandwidth, compute)")
     a.add_argument("--platform", default="bebop", help="a name in lmdbio/lab/platforms/ or a TOML file")
-    a.add_argument("--procs", default="1,2,4,8,16,36,72,...,9216",
-                   help="process counts (default: the poster's axis, %(default)s)")
-    a.add_argument("--variants", default="all", help="'all' or comma-separated variant names")
-    a.add_argument("--workloads", default=None, help="comma-separated workload names (default all)")
+    _common(a, points=True)
     a.add_argument("--joint", default=None, help="joint.csv for the bands (default: next to --out)")
-    a.add_argument("--calibration", default=str(DEFAULT_DIR))
     a.add_argument("--out", default=str(REPO / "data" / "results" / "model_prediction" / "absolute.csv"))
-    a.add_argument("--budget", type=int, default=20000,
-                   help="storage-model pieces simulated per phase (default %(default)s)")
     a.set_defaults(func=_cmd_absolute)
 
     ls = sub.add_parser("platforms", help="list the platform files")

@@ -7,7 +7,7 @@ sweeps the model was built while looking at (``lmdbio model validate``,
 share the storage model (``independent`` False); ``held-out`` cells are the
 sweeps predicted before they were measured (``model_heldout/comparison.csv``).
 A cell meets the criterion when its points' median |relative error| is at
-most :data:`~lmdbio.lab.model.validate.CRITERION`. ``criterion_counts.csv``
+most :data:`CRITERION`. ``criterion_counts.csv``
 counts the cells within it with and without the GPFS settings and with and
 without the held-out sweeps; :func:`render` writes those counts and where
 the model fails as the ``model criterion`` block of ``docs/model.md``
@@ -25,12 +25,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ..paths import REPO
-from .validate import CRITERION, INDEPENDENT
+
+if TYPE_CHECKING:   # validate imports the constants below where pandas may be missing
+    import pandas as pd
+
+#: Settings whose measurements the storage model did not produce.
+INDEPENDENT = ("local disk", "throttled block device", "shared storage target")
+#: Median |relative error| per variant and setting.
+CRITERION = 0.25
 
 __all__ = ["CALIBRATED", "HELD_OUT", "CELL", "points", "criterion_all", "counts", "heldout_comparison",
            "write", "render", "main"]
@@ -47,6 +52,8 @@ def _ranks_per_node(summary: pd.DataFrame) -> pd.Series:
     A summary written before ``validate`` kept the column takes it from the point's own
     ``summary.csv`` (``source``), which must hold one value.
     """
+    import pandas as pd
+
     if "ranks_per_node" in summary.columns:
         return summary["ranks_per_node"].fillna(0).astype(int)
     per_source = {}
@@ -69,6 +76,9 @@ def points(summary: pd.DataFrame, comparison: pd.DataFrame | None = None) -> pd.
     ``summary``: ``model_validation/summary.csv`` (``validate``); ``comparison``:
     ``model_heldout/comparison.csv`` (``heldout check``) or None.
     """
+    import numpy as np
+    import pandas as pd
+
     cal = summary.assign(source=CALIBRATED, sweep="validation", rpn=_ranks_per_node(summary))
     none = pd.Series(np.nan, index=cal.index)
     req = cal.get("measured_storage_requests", none)
@@ -101,6 +111,8 @@ def criterion_all(pts: pd.DataFrame) -> pd.DataFrame:
 def counts(table: pd.DataFrame) -> pd.DataFrame:
     """Cells within the criterion, with and without the GPFS settings (not independent) and with
     and without the held-out sweeps: four rows."""
+    import pandas as pd
+
     rows = []
     for heldout in (False, True):
         for gpfs in (False, True):
@@ -115,9 +127,8 @@ def counts(table: pd.DataFrame) -> pd.DataFrame:
 def heldout_comparison(results_root) -> Path | None:
     """``model_heldout/comparison.csv`` of ``results_root``, else the repository's committed one
     (a run into a scratch folder measures no held-out sweep); None when neither exists."""
-    from .heldout import DEFAULT_OUT
-
-    for f in (Path(results_root) / "model_heldout" / "comparison.csv", DEFAULT_OUT / "comparison.csv"):
+    committed = REPO / "data" / "results" / "model_heldout" / "comparison.csv"
+    for f in (Path(results_root) / "model_heldout" / "comparison.csv", committed):
         if f.exists():
             return f
     return None
@@ -127,6 +138,8 @@ def write(summary: pd.DataFrame, out_dir, comparison=None) -> Path:
     """``criterion_all.csv`` and ``criterion_counts.csv`` in ``out_dir`` (``model_validation/``);
     ``comparison``: a held-out ``comparison.csv`` path (None: :func:`heldout_comparison` of the
     results root above ``out_dir``)."""
+    import pandas as pd
+
     out = Path(out_dir)
     comparison = comparison if comparison is not None else heldout_comparison(out.parent)
     cmp = pd.read_csv(comparison) if comparison is not None and Path(comparison).exists() else None
@@ -180,6 +193,8 @@ def _failures(table: pd.DataFrame) -> list[str]:
 
 def render(results_root=None) -> str:
     """The ``model criterion`` block of docs/model.md, from ``model_validation/criterion_all.csv``."""
+    import pandas as pd
+
     root = Path(results_root) if results_root is not None else REPO / "data" / "results"
     f = root / "model_validation" / "criterion_all.csv"
     if not f.exists():
@@ -196,6 +211,8 @@ def render(results_root=None) -> str:
 
 def main(argv=None) -> int:
     """Rewrite criterion_all.csv and criterion_counts.csv from the committed results."""
+    import pandas as pd
+
     ap = argparse.ArgumentParser(prog="python -m lmdbio.lab.model.criterion", description=__doc__.split("\n")[0])
     ap.add_argument("--results", default=str(REPO / "data" / "results"),
                     help="results root holding model_validation/ and model_heldout/ (default %(default)s)")

@@ -25,7 +25,8 @@ BAND = (0.05, 0.95)
 PREFIX = "x:"
 #: A numeric range at least this wide (high / low) is drawn log-uniformly.
 LOG_SPAN = 4.0
-_PROFILE_SCALE = {"latency_s": "t", "seek_s": "t", "target_bw": "b", "node_link_bw": "b"}
+#: A workload range's key -> the Workload field it sets.
+_FIELD = {"compute": "compute_s_per_sample", "model": "model_bytes"}
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def estimates(platform: Platform) -> list[Estimate]:
                 continue
             conv = {"compute": parse_compute_time, "model": parse_model_bytes,
                     "flops_per_sample": float}.get(key, int)
-            field_ = {"compute": "compute_s_per_sample", "model": "model_bytes"}.get(key, key)
+            field_ = _FIELD.get(key, key)
             if not hasattr(w, field_):
                 raise ConfigurationError(f"workload {w.name!r}: a range for {key!r}, which is not "
                                          "a workload value")
@@ -119,7 +120,7 @@ def apply(platform: Platform, values: dict) -> Platform:
         if key and isinstance(platform.storage, str) and head == platform.storage and head in PROFILES:
             overrides.append((key, v))
         elif key and head in wls:
-            field_ = {"compute": "compute_s_per_sample", "model": "model_bytes"}.get(key, key)
+            field_ = _FIELD.get(key, key)
             wls[head] = replace(wls[head], **{field_: v})
         elif name == "compute":
             for n, w in wls.items():

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..paths import REPO
-from .validate import CRITERION
+from .criterion import CRITERION
 
 __all__ = ["Sweep", "SWEEPS", "VARIANTS", "DEFAULT_OUT", "MEASURED", "predict_sweeps", "write",
            "compare", "criterion", "counter_agreement", "main"]

@@ -1,31 +1,18 @@
 """What cached leaf pages cost a cold explicit read on this machine's disk: the microbenchmark
-behind the model's DIO reads on the local disk.
+behind the model's DIO reads on the local disk (``Platform.leaf_cut``).
 
-DIO's index pass preads every leaf page of the file, and those pages stay
-in the node's page cache. A reader's later ``pread`` of its extent runs
-over them, and the kernel reads the runs between them as requests of their
-own (:func:`lmdbio.lab.model.mechanisms.leaf_pieces` counts them). Whether
-the extra requests cost time depends on the device: one readahead pass
-submits every piece before the reader waits, so a device that serves
-requests side by side reads the pieces together, while a device that
-serves one request at a time adds a request's latency per piece.
-
-:func:`measure` writes a scratch file of random bytes (no data set of any
-sweep) in ``workdir`` (default: ``build/`` of the repository, on the disk
-the sweeps read), and for each read length L, ``repeats`` times, reads
-one cold region with one ``pread`` (``plain``) and another after preading
-one page every :data:`STRIDE_PAGES` pages of it first (``cached``: an LMDB
-leaf page among the one-page values it indexes, as the shared target's
-probe does), evicting the file before each. The two kinds alternate, so a
-drift of the disk's speed weighs on both. Each row has the read's wall
-time and, where the disk's ``/sys`` counters can be read, its requests and
-bytes. :func:`load` gives, per length, the median ``cached`` over the median
-``plain`` time: the factor the model puts on DIO's leaf-cut reads on the
-local disk (``Platform.leaf_cut``).
+DIO's index pass leaves every leaf page in the node's page cache; a reader's later ``pread``
+over them is cut into runs, each read as a request of its own
+(:func:`lmdbio.lab.model.mechanisms.leaf_pieces`). Whether that costs time depends on whether
+the device serves the pieces side by side. :func:`measure` reads cold regions of a scratch file
+of random bytes in ``workdir`` (default ``build/``) once plain and once after preading one page
+every :data:`STRIDE_PAGES` (``cached``), alternating the two kinds, with the read's wall time
+and, where ``/sys`` counters can be read, its requests and bytes. :func:`load` gives, per
+length, the median cached over the median plain time.
 
 ``python -m lmdbio.lab.model.leafcut [OUT.csv]`` writes
-``data/results/model_calibration/leaf_cut.csv``; ``lmdbio model calibrate``
-runs it too. Needs no root.
+``data/results/model_calibration/leaf_cut.csv``; ``lmdbio model calibrate`` runs it too
+(no root needed).
 """
 
 from __future__ import annotations

@@ -39,17 +39,10 @@ def geometry(record_bytes: int, key_bytes: int = 35) -> dict:
 
 def walk_faults(steps: float, records_per_leaf: int, file_bytes_per_record: float, window: int,
                 touches_values: bool) -> tuple[float, float]:
-    """(1)+(2)+(3) The page faults of a cursor walk over ``steps`` records, and the share it reads.
-
-    A step touches the record's leaf entry (one leaf page every
-    ``records_per_leaf`` steps) and, with ``touches_values``, the first page of
-    the value it steps over. Each fault reads a read-around ``window``. When
-    the touches lie at most a window apart, the faults read the walked
-    region whole, one window after another (``cover`` 1); otherwise each
-    touch is a fault of its own and the walk reads ``window`` bytes of every
-    ``spacing`` (``cover`` = window / spacing). Measured by
-    :mod:`lmdbio.lab.model.walkread` (walk_reads.csv). Returns ``(faults, cover)``.
-    """
+    """(1)+(2)+(3) ``(faults, cover)`` of a cursor walk over ``steps`` records: a step touches its
+    leaf entry and, with ``touches_values``, its value's first page (measured by
+    :mod:`lmdbio.lab.model.walkread`); each fault reads a ``window``. Touches at most a window
+    apart read the region whole (``cover`` 1), else ``window`` of every ``spacing``."""
     w = max(PAGE, int(window))
     f = float(file_bytes_per_record)
     spacing = f if touches_values else records_per_leaf * f
@@ -60,24 +53,15 @@ def walk_faults(steps: float, records_per_leaf: int, file_bytes_per_record: floa
 
 
 def fault_cpu(waiting: int, page_fault_s: float, wake_s: float) -> float:
-    """(1) Problem 1, mmap's interprocess contention: CPU time one major fault costs a process.
-
-    The I/O completion runs in a bottom half that does not know which
-    process asked, so every process waiting for page I/O on the node is
-    woken; each of the other ``waiting - 1`` processes' completions wakes
-    this one too, and each wake-up is a context switch (``wake_s``, the
-    futex hand-off measured by calibrate). More waiters, more fault cost.
-    """
+    """(1) Problem 1: CPU time one major fault costs a process. The I/O completion wakes every
+    process waiting for page I/O on the node, so each of the other ``waiting - 1`` completions
+    costs this one a context switch (``wake_s``, calibrate's futex hand-off)."""
     return page_fault_s + max(0, int(waiting) - 1) * wake_s
 
 
 def load_faulters(path) -> tuple[tuple[int, float], ...]:
-    """The K-faulters curve: ``((K, device requests(K) / requests(1)), ...)`` from ``faulters.csv``.
-
-    ``faulters.csv`` (``python -m lmdbio.lab.storage faulters``): K processes of
-    one node map one cold file and fault all of it; ``dev_read_ios`` counts
-    the requests the device served (medians over repeats).
-    """
+    """The K-faulters curve ``((K, device requests(K) / requests(1)), ...)`` from ``faulters.csv``
+    (``python -m lmdbio.lab.storage faulters``: K processes of a node fault one cold file)."""
     from lmdbio.errors import ConfigurationError
     from .measured import read_measured
 
@@ -89,21 +73,13 @@ def load_faulters(path) -> tuple[tuple[int, float], ...]:
 
 
 def faulter_factor(faulters: int, curve) -> float:
-    """(1) Problem 1, measured: how many more device requests K concurrent faulters of one node cause.
-
-    On the throttled device (a real kernel: read-around, page locks, waiters
-    woken per completion) K >= 2 processes faulting one cold file made the
-    device serve about 1.45-1.49 times the requests of one faulter for the
-    same bytes (smaller requests: the read-around windows split). Linear
-    between measured K, flat beyond the largest (an extrapolation, stated).
-    ``curve`` empty: 1.
-    """
+    """(1) Problem 1, measured: how many more device requests K concurrent faulters of one node
+    cause (on the throttled device 1.45-1.49x for K >= 2: the read-around windows split). Linear
+    between measured K, flat beyond the largest (an extrapolation); ``curve`` empty: 1."""
     if not curve or faulters <= 1:
         return 1.0
-    ks = [k for k, _ in curve]
-    vs = [v for _, v in curve]
-    if faulters >= ks[-1]:
-        return vs[-1]
+    if faulters >= curve[-1][0]:
+        return curve[-1][1]
     for (k0, v0), (k1, v1) in zip(curve, curve[1:]):
         if k0 <= faulters <= k1:
             return v0 + (v1 - v0) * (faulters - k0) / (k1 - k0)
@@ -111,17 +87,10 @@ def faulter_factor(faulters: int, curve) -> float:
 
 
 def load_speculation(path) -> dict:
-    """DM's speculation as measured: the fractions the model uses, from the speculation benchmark.
-
-    From ``summary.csv`` of ``data/results/04_dm/speculation`` (the fixed DM,
-    medians over repeats): ``miss`` = missed / touched pages (touched but not
-    advised), ``issued`` = (touched - missed + extra) / touched (the pages
-    advised, the extra ones read for nothing), and ``served`` = 1 -
-    (major faults per batch with speculation) / (without), at least 0: the
-    share of the walk's page waits the speculation removed. A fault that
-    waits for a page still being read counts as major, so ``served`` is the
-    share of pages that had arrived when the walk reached them.
-    """
+    """DM's speculation as measured (``summary.csv`` of ``data/results/04_dm/speculation``):
+    ``miss`` = missed / touched pages, ``issued`` = (touched - missed + extra) / touched (the
+    pages advised), ``served`` = 1 - major faults per batch with speculation / without, in 0-1
+    (a fault waiting for a page still being read is major: the share that had arrived)."""
     from lmdbio.errors import ConfigurationError
     from .measured import read_measured
 
@@ -178,14 +147,9 @@ def edge_readaround(readers: int, readahead: int) -> float:
 
 
 def cursor_steps(locate: str, global_batch: int, group_records: int) -> int:
-    """(2) Problem 2, sequential access: cursor steps one reader takes per iteration.
-
-    An LMDB cursor finds record i only by walking to it; with ``walk``
-    (Caffe, LMM) each reader skips every other reader's records, so it steps
-    over the whole global batch (P-fold its own share). DM's ring (``ring``)
-    hands over a portable position: a reader walks only its own records.
-    Extents from an index or provenance take no steps.
-    """
+    """(2) Problem 2: cursor steps one reader takes per iteration. A ``walk`` (Caffe, LMM) steps
+    over every other reader's records too (the global batch); DM's ``ring`` hands over a
+    position (its own records); extents from an index or provenance take none."""
     if locate == "walk":
         return int(global_batch)
     if locate == "ring":
@@ -194,22 +158,16 @@ def cursor_steps(locate: str, global_batch: int, group_records: int) -> int:
 
 
 def ring_cycle(readers: int, group_records: int, step_s: float, alpha_s: float) -> float:
-    """(2) DM's ring: one iteration's hand-offs around ``readers`` readers, one after another.
-
-    Reader k can walk only after reader k-1 has walked its records and sent
-    the position; the next iteration starts when the position is back.
-    """
+    """(2) DM's ring: one iteration's hand-offs around ``readers`` readers, one after another
+    (reader k walks after k-1 has walked and sent the position; the next iteration starts when
+    it is back)."""
     return readers * (group_records * step_s + alpha_s) if readers > 1 else group_records * step_s
 
 
 def mmap_requests(nbytes: float, readahead: int, read_size: int) -> tuple[float, int, int]:
-    """(3) Problem 3, implicit small I/O: what page faults ask storage for.
-
-    Each fault reads the page plus the read-around window (the profile's
-    ``readahead``; 0 = the page alone), in requests of at most
-    ``read_size`` issued together; the next fault waits for this one.
-    Returns ``(faults, request_bytes, requests_per_fault)``.
-    """
+    """(3) Problem 3: ``(faults, request_bytes, requests_per_fault)`` of page faults over
+    ``nbytes``. Each fault reads the read-around window (``readahead``; 0 = the page alone) in
+    requests of at most ``read_size`` issued together; the next fault waits for this one."""
     fault_bytes = max(PAGE, int(readahead))
     req = min(fault_bytes, max(PAGE, int(read_size)))
     return nbytes / fault_bytes, req, max(1, math.ceil(fault_bytes / req))
@@ -250,7 +208,6 @@ def explicit_requests(nbytes: float, read_size: int, readahead: int,
         # window past the read's end). ``tail_reused``: the reader's next read starts where
         # this one ends, so those bytes are not read again (only the requests count). With a
         # measured cap, e is taken against that cap at every length.
-
         n, moved = curve_requests(nbytes, largest if cap else req, measured)
         if tail_reused:
             moved = nbytes
@@ -259,25 +216,16 @@ def explicit_requests(nbytes: float, read_size: int, readahead: int,
 
 
 def leaf_pieces(nbytes: float, leaf_spacing: float) -> float:
-    """(3) DIO's explicit reads on the node whose index pass read the leaf pages: into how many
-    pieces the cached leaf pages cut one read of ``nbytes``.
-
-    The index pass (one rank of the readers) preads every leaf page, one
-    page each, and they stay in that node's page cache; a later buffered read
-    over them reads the runs between them, each as a read of its own (the
-    kernel's readahead stops at a cached page). One leaf page every
-    ``leaf_spacing`` bytes: ``1 + nbytes / leaf_spacing`` pieces on average.
-    Measured by :mod:`lmdbio.lab.model.sharedprobe` (its ``pread-cached`` rows).
-    """
+    """(3) Into how many pieces the leaf pages DIO's index pass left cached on its node cut a
+    later read of ``nbytes`` (readahead stops at a cached page): one leaf page every
+    ``leaf_spacing`` bytes, ``1 + nbytes / leaf_spacing`` on average (measured:
+    :mod:`lmdbio.lab.model.sharedprobe`'s ``pread-cached`` rows)."""
     return 1.0 + max(0.0, float(nbytes)) / max(float(PAGE), float(leaf_spacing))
 
 
 def coalesce_factor(group_bytes: float, coalesce_bytes: int, max_batches: int) -> int:
-    """(4) Problem 4, I/O size mismatch: COAL's batches per request (as lmdbio.Reader picks it).
-
-    A power of two with ``k * group_bytes`` near ``coalesce_bytes``, at most
-    the batches the dataset holds; 1 when one batch is already that large.
-    """
+    """(4) Problem 4: COAL's batches per request, as lmdbio.Reader picks it (a power of two with
+    ``k * group_bytes`` near ``coalesce_bytes``, at most the batches the data set holds)."""
     from lmdbio.plan import coalesce_batches
 
     return coalesce_batches(group_bytes, coalesce_bytes, max_batches)
@@ -294,20 +242,13 @@ def overlapped(storage_s: float, cpu_s: float, readahead: int, hidden: float = 1
 
 
 def stripe_pieces(request_bytes: float, stripe: int) -> int:
-    """(4) A request of ``request_bytes`` is served as this many stripe-unit pieces.
-
-    Larger stripe-aligned requests: fewer requests per byte, each piece
-    paying its latency once.
-    """
+    """(4) A request of ``request_bytes`` is served as this many stripe-unit pieces."""
     return max(1, math.ceil(request_bytes / max(1, stripe)))
 
 
 def stagger_groups(readers: int, stagger_size: int | None) -> list[int]:
-    """(5) Problem 5, storage contention: STAG's reader groups, which take turns on storage.
-
-    ``stagger_size`` 0/None: half the readers (lmdbio.Reader's default).
-    Returns the group sizes; fewer concurrent streams per target per group.
-    """
+    """(5) Problem 5: the sizes of STAG's reader groups, which take turns on storage
+    (``stagger_size`` 0/None: half the readers, lmdbio.Reader's default)."""
     size = int(stagger_size) if stagger_size else max(1, readers // 2)
     size = max(1, min(size, readers))
     full, rest = divmod(readers, size)
@@ -315,12 +256,8 @@ def stagger_groups(readers: int, stagger_size: int | None) -> list[int]:
 
 
 def handoff(members: int, handoff_s: float, member_batch_s: float) -> float:
-    """LMM's shared-memory hand-off: the reader publishes, members wake and take their views.
-
-    One futex wake-up reaches every member (``handoff_s``); a member then
-    spends ``member_batch_s`` of CPU on its batch. No copy: views into
-    shared memory. Zero without members.
-    """
+    """LMM's shared-memory hand-off: one futex wake-up reaches every member (``handoff_s``), then
+    a member spends ``member_batch_s`` on its batch of views (no copy); zero without members."""
     return (handoff_s + member_batch_s) if members > 0 else 0.0
 
 

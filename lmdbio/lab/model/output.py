@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import asdict, fields
 from pathlib import Path
 
-from lmdbio.errors import ConfigurationError
 from .calibrate import Calibration, load_calibration
 from .platform import Platform, load_platform
 from .point import PHASES, explicit_depth, storage_profile
@@ -31,55 +30,15 @@ def model_hash() -> str:
 
 
 def estimate_ends(platform: Platform):
-    """``(name, end, value, why, platform at that end)`` for every estimate's low and high end.
+    """``(name, end, value, why, platform at that end)`` for every estimate's low and high end
+    (:func:`lmdbio.lab.model.estimates.estimates`); an end equal to the central value is
+    skipped: it cannot move a prediction."""
+    from .estimates import apply, estimates
 
-    The storage profile's ranges (``profiles.toml``), the platform's
-    (``[ranges]``; ``compute`` applies to every workload) and each
-    workload's (``[workload.ranges]``). Ends equal to the central value
-    are skipped: they cannot move a prediction.
-    """
-    from dataclasses import replace
-
-    from ..emulation import parse_compute_time, parse_model_bytes
-    from ..pfs.model import PROFILES, profile_ranges
-
-    if platform.storage in PROFILES:
-        prof = storage_profile(platform, None, "cold") if platform.storage != "disk" else None
-        for key, (lo, hi, why) in profile_ranges(platform.storage).items():
-            central = getattr(prof, key) / ({"latency_s": prof.time_scale, "seek_s": prof.time_scale,
-                                             "target_bw": 1 / prof.time_scale,
-                                             "node_link_bw": 1 / prof.time_scale}.get(key, 1))
-            for end, v in (("low", lo), ("high", hi)):
-                if float(v) != float(central):
-                    yield (f"{platform.storage}.{key}", end, v, why,
-                           platform.with_(storage_overrides=platform.storage_overrides + ((key, v),)))
-    for key, (lo, hi, why) in platform.ranges.items():
-        for end, v in (("low", lo), ("high", hi)):
-            if key == "compute":
-                sec = parse_compute_time(v)
-                wls = tuple(replace(w, compute_s_per_sample=sec) for w in platform.workloads)
-                if all(w.compute_s_per_sample == sec for w in platform.workloads):
-                    continue
-                yield ("compute", end, v, why, platform.with_(workloads=wls))
-                continue
-            if not hasattr(platform, key):
-                raise ConfigurationError(f"platform {platform.name!r}: a range for {key!r}, which is "
-                                         "not a platform value")
-            cur = getattr(platform, key)
-            if type(cur)(v) == cur:
-                continue
-            yield (key, end, v, why, platform.with_(**{key: type(cur)(v)}))
-    for i, w in enumerate(platform.workloads):
-        for key, (lo, hi, why) in w.ranges.items():
-            field_ = {"compute": "compute_s_per_sample", "model": "model_bytes"}.get(key, key)
-            conv = {"compute": parse_compute_time, "model": parse_model_bytes,
-                    "flops_per_sample": float}.get(key, int)
-            for end, v in (("low", lo), ("high", hi)):
-                if conv(v) == getattr(w, field_):
-                    continue
-                wls = list(platform.workloads)
-                wls[i] = replace(w, **{field_: conv(v)})
-                yield (f"{w.name}.{key}", end, v, why, platform.with_(workloads=tuple(wls)))
+    for e in estimates(platform):
+        for end, v in (("low", e.low), ("high", e.high)):
+            if v != e.central:
+                yield e.name, end, v, e.why, apply(platform, {e.name: v})
 
 
 def sensitivity(platform: Platform | str, procs, variants=("all",), workloads=None,
@@ -143,14 +102,12 @@ def write_predictions(rows: list[dict], out_dir, config: dict, platform: Platfor
                       joint: list[dict] | None = None, maps: list[dict] | None = None) -> Path:
     """``predictions.csv`` (tidy, one row per workload x batch reading x variant x P) and ``meta.json``.
 
-    With ``joint`` (:func:`lmdbio.lab.model.uncertainty.joint` rows) also
-    ``joint.csv``, the samples every band and verdict is taken from; with
-    ``maps`` (:func:`lmdbio.lab.model.uncertainty.verdict_map` rows)
-    ``verdict_map.csv`` and ``sobol.csv`` (first-order Sobol indices of the ratios,
-    :mod:`lmdbio.lab.model.sobol`); with ``sens`` (:func:`sensitivity`, one estimate at
-    a time) predictions.csv gets ``total_s_low``/``total_s_high`` and
-    ``sensitivity.csv`` holds the rows. A file a run does not write is
-    removed: a stale band would not match these predictions.
+    With ``joint`` (:func:`lmdbio.lab.model.uncertainty.joint` rows) also ``joint.csv``, the
+    samples every band and verdict is taken from, and ``sobol.csv`` (:mod:`lmdbio.lab.model.sobol`);
+    with ``maps`` (:func:`lmdbio.lab.model.uncertainty.verdict_map` rows) ``verdict_map.csv``;
+    with ``sens`` (:func:`sensitivity`, one estimate at a time) predictions.csv gets
+    ``total_s_low``/``total_s_high`` and ``sensitivity.csv`` holds the rows. A file a run does
+    not write is removed: a stale band would not match these predictions.
     """
     import pandas as pd
 

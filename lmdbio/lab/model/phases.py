@@ -1,13 +1,8 @@
 """The mechanisms of one iteration, each a function adding its seconds to a :class:`Point`'s phases.
 
-:func:`lmdbio.lab.model.predict.predict_point` runs them in this order:
-:func:`fixed_batch` and :func:`cursor_walk` (locate), then one read path
-(:func:`read_speculative` for DM, :func:`read_walk_faults` for the other
-mmap variants, :func:`read_explicit` for DIO/PROV/COAL/STAG; a warm cache
-reads nothing from storage), :func:`index_setup` (DIO's index pass),
-:func:`training` (compute and the allreduce, LMM's hand-off) and
-:func:`cpu_sharing` (ranks outnumbering cores). The equations are in
-``docs/model.md``.
+:func:`lmdbio.lab.model.predict.predict_point` runs them in order: locate, one read path
+(a warm cache reads nothing from storage), DIO's index pass, training, CPU sharing. The
+equations are in ``docs/model.md``.
 """
 
 from __future__ import annotations
@@ -43,12 +38,8 @@ def cursor_walk(pt: Point) -> float:
 
 
 def walked_records(pt: Point) -> float:
-    """Records whose pages one iteration's walk can fault: its steps, at most the data set.
-
-    A walk longer than the file (a per-process batch larger than the data set)
-    passes the same pages again within the iteration; when the file fits in a
-    node's memory (``node_memory``) those pages are still in its page cache.
-    """
+    """Records whose pages one iteration's walk can fault: its steps, at most the data set when
+    the file fits in a node's memory (a longer walk passes cached pages again)."""
     steps = pt.steps or pt.g
     mem = pt.platform.node_memory
     if mem and pt.N * pt.f <= mem:
@@ -247,16 +238,9 @@ def index_setup(pt: Point) -> float:
 
 
 def epoch_reuse(pt: Point) -> float:
-    """The share of a run's iterations whose reads a node's page cache serves (``epoch_cache``).
-
-    The first epoch (``N / B`` iterations) reads from storage; later ones find
-    in the cache what the node read before, when the file fits in its memory:
-    all of it on one node (or virtual nodes sharing one machine's cache) or
-    when every epoch gives a node the same records (``N`` a multiple of
-    ``B``); otherwise the node's share ``1 / nodes`` (the records move to
-    other nodes from one epoch to the next). 0 for a warm run, without
-    ``epoch_cache``, or for a file larger than ``node_memory``.
-    """
+    """The share of a run's iterations whose reads a node's page cache serves (``epoch_cache``):
+    after the first epoch, when the file fits in ``node_memory``, all of them on one node (or
+    when every epoch gives a node the same records), else the node's ``1 / nodes``."""
     plat, w = pt.platform, pt.workload
     if not (plat.epoch_cache and pt.cold and plat.node_memory and pt.N * pt.f <= plat.node_memory):
         return 0.0

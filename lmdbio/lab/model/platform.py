@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -228,6 +228,11 @@ def _workload(raw: dict, where: str) -> Workload:
     return w
 
 
+#: Platform fields without a default of their own, and the value a platform file may leave out.
+_DEFAULTS = {"readers_per_node": 1, "storage_time_scale": 1.0, "cache": "cold", "net_alpha_s": 0.0,
+             "net_beta_s": 0.0, "coalesce_bytes": 4 << 20, "stagger_size": 0}
+
+
 def _memory(v) -> int:
     """``node_memory``: bytes, or "this machine" (its physical memory, os.sysconf)."""
     if v == "this machine":
@@ -253,30 +258,15 @@ def load_platform(name_or_path: str | os.PathLike) -> Platform:
         raise ConfigurationError(f"{p}: not valid TOML ({exc})") from None
     where = str(p)
     try:
+        # Every field with a plain default is read as its type; the others below.
+        kw = {f.name: type(f.default)(raw.get(f.name, f.default)) for f in fields(Platform)
+              if isinstance(f.default, (bool, int, float, str)) and f.name not in ("node_memory", "path")}
+        kw.update({k: type(d)(raw.get(k, d)) for k, d in _DEFAULTS.items()})
         plat = Platform(
-            name=str(raw.get("name", p.stem)), description=str(raw.get("description", "")),
-            ranks_per_node=int(raw["ranks_per_node"]), cores_per_node=int(raw["cores_per_node"]),
-            readers_per_node=int(raw.get("readers_per_node", 1)), storage=str(raw["storage"]),
-            storage_time_scale=float(raw.get("storage_time_scale", 1.0)),
-            cache=str(raw.get("cache", "cold")),
-            net_alpha_s=float(raw.get("net_alpha_s", 0.0)), net_beta_s=float(raw.get("net_beta_s", 0.0)),
-            coalesce_bytes=int(raw.get("coalesce_bytes", 4 << 20)),
-            stagger_size=int(raw.get("stagger_size", 0)),
+            **kw, name=str(raw.get("name", p.stem)), ranks_per_node=int(raw["ranks_per_node"]),
+            cores_per_node=int(raw["cores_per_node"]), storage=str(raw["storage"]),
             workloads=tuple(_workload(w, where) for w in raw.get("workload", [])),
-            cores_shared=bool(raw.get("cores_shared", False)),
-            explicit_inflight=float(raw.get("explicit_inflight", 0.0)),
-            walk_touches_values=bool(raw.get("walk_touches_values", False)),
-            faulters=str(raw.get("faulters", "")),
-            requests_per_read=str(raw.get("requests_per_read", "")),
-            speculation=str(raw.get("speculation", "")),
-            leaf_cut=str(raw.get("leaf_cut", "")),
-            shared_probe=str(raw.get("shared_probe", "")),
-            pagepool=int(raw.get("pagepool", 0)),
-            core_flops=float(raw.get("core_flops", 0.0)), node_memory=_memory(raw.get("node_memory", 0)),
-            epoch_cache=bool(raw.get("epoch_cache", False)),
-            mmap_per_process=bool(raw.get("mmap_per_process", False)),
-            server_cache=bool(raw.get("server_cache", False)),
-            ranges=_ranges(raw.get("ranges", {}), where),
+            node_memory=_memory(raw.get("node_memory", 0)), ranges=_ranges(raw.get("ranges", {}), where),
             sources=MappingProxyType(dict(raw.get("sources", {}))), path=where,
             pinned=MappingProxyType({str(k): str(v) for k, v in dict(raw.get("pinned", {})).items()}))
     except KeyError as exc:

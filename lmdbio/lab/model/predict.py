@@ -1,24 +1,14 @@
 """Per-iteration time of each variant, split into phases, for a platform and a workload.
 
-For one iteration of the slowest reader (every reader does the same work):
-
-- **locate**: the Python cost of one ``read_batch()`` on a reader, cursor
-  steps (mechanism 2), the leaf-page faults of the walk (1, 3), extent
-  planning for DIO/PROV;
-- **read**: storage time of the variant's data requests through the storage
-  model (3, 4, 5) plus the CPU of copying out of the map or ``pread``;
-  COAL reads ``k`` batches at once and counts ``1/k`` of it per iteration;
-- **distribute**: the shared-memory hand-off to the group's members (LMM);
-- **wait**: DM's ring, STAG's turn, and ranks outnumbering cores (the node's
-  CPU demand / cores beyond the critical path);
-- **compute**, **communicate**: the training emulation (lmdbio.lab.emulation):
-  compute seconds per sample and a gradient allreduce.
-
-``setup_s`` is paid once per run (DIO's index pass and scatter); ``total_s``
-= setup + iterations x the sum of the phases.
+One iteration of the slowest reader is locate + read + distribute + wait + compute +
+communicate; ``total_s`` = ``setup_s`` (paid once per run) + iterations x their sum. Each phase's
+mechanisms and equations: :mod:`lmdbio.lab.model.phases` and ``docs/model.md``.
 """
 
 from __future__ import annotations
+
+import multiprocessing
+import os
 
 from lmdbio.errors import ConfigurationError
 from lmdbio.options import VARIANTS
@@ -29,7 +19,7 @@ from .point import (PHASES, Point, explicit_depth, point, shared_probe_of,
                     storage_profile)
 
 __all__ = ["PHASES", "explicit_depth", "predict_point", "predict", "storage_profile",
-           "POWERS", "shared_probe_of", "row_of", "blend"]
+           "POWERS", "shared_probe_of", "row_of", "blend", "forked_map"]
 
 #: The poster's x axis.
 POWERS = (1, 2, 4, 8, 16, 36, 72, 144, 288, 576, 1152, 2304, 4608, 9216)
@@ -135,12 +125,13 @@ def dominant_mechanism(row: dict, o, cpu_bound: bool) -> str:
 
 
 def predict(platform: Platform | str, procs, variants=("all",), workloads=None,
-            cal: Calibration | None = None, budget: int = 20000, batches=None) -> list[dict]:
+            cal: Calibration | None = None, budget: int = 20000, batches=None,
+            jobs: int | None = 1) -> list[dict]:
     """Rows for every workload x batch reading x variant x process count of a platform.
 
     ``batches``: the batch readings to run ("global", "per-process"); None
     runs each workload's own (its ``batch``). A reading a workload has no
-    batch for is skipped.
+    batch for is skipped. ``jobs``: processes (:func:`forked_map`; None: every core).
     """
     plat = load_platform(platform) if not isinstance(platform, Platform) else platform
     cal = cal or load_calibration()
@@ -148,17 +139,40 @@ def predict(platform: Platform | str, procs, variants=("all",), workloads=None,
     wls = plat.workloads if not workloads else tuple(plat.workload(w) for w in workloads)
     if not wls:
         raise ConfigurationError(f"platform {plat.name!r} defines no [[workload]]")
-    rows = []
+    points = []
     for w in wls:
         for reading in (batches or [w.batch]):
             if (w.batch_size if reading == "global" else w.batch_per_process) <= 0:
                 continue
             wr = w.reading(reading)
-            for v in names:
-                for p in procs:
-                    if wr.global_batch(int(p)) < int(p):
-                        continue   # fewer records than processes: no run at this P
-                    rows.append(predict_point(plat, wr, v, int(p), cal, budget=budget))
-    return rows
+            # Fewer records than processes: no run at that P.
+            points += [(wr, v, int(p)) for v in names for p in procs if wr.global_batch(int(p)) >= int(p)]
+    return list(forked_map(lambda x: predict_point(plat, *x, cal, budget=budget), points, jobs))
 
 
+def forked_map(fn, items, jobs: int | None = None):
+    """``fn`` over ``items``, results in order, in ``jobs`` forked processes (default: every core).
+
+    Forked workers inherit ``fn`` and the items (a platform and a calibration do not pickle);
+    only the items' indices and the results travel. ``jobs`` 1 runs here.
+    """
+    items = list(items)
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(items)))
+    if jobs == 1:
+        yield from map(fn, items)
+        return
+    _FORKED[0] = lambda k: fn(items[k])
+    pool = multiprocessing.get_context("fork").Pool(jobs)
+    try:
+        yield from pool.imap(_forked, range(len(items)))
+    finally:
+        pool.close()
+        pool.join()
+        _FORKED[0] = None
+
+
+_FORKED: list = [None]
+
+
+def _forked(k: int):
+    return _FORKED[0](k)

@@ -61,6 +61,15 @@ def measure(lengths=LENGTHS, repeats: int = 5, workdir=None, profile: str = PROF
     try:
         write_random_file(src / "data.bin", n * span, seed=3)
         rows = []
+        cap = _request_cap(prof)
+
+        def row(kind, L, rep, off, c0, c1, ideal):
+            req = c1["requests"] - c0["requests"]
+            rows.append({"kind": kind, "profile": profile, "time_scale": prof.time_scale,
+                         "read_size": prof.read_size, "readahead": prof.readahead, "request_cap": cap,
+                         "length": L, "repeat": rep, "offset": off, "requests": req,
+                         "bytes": c1["bytes"] - c0["bytes"], "ceil_l_over_request": ideal,
+                         "e": req - ideal})
         with mounted(src, profile=profile, nodes=1, time_scale=prof.time_scale) as m:
             fd = os.open(m.path(0, "data.bin"), os.O_RDONLY)
             try:
@@ -76,17 +85,9 @@ def measure(lengths=LENGTHS, repeats: int = 5, workdir=None, profile: str = PROF
                         c1 = m.counters()["total"]
                         if got != L:
                             raise OSError(f"short read through the pfs mount ({got} of {L} bytes)")
-                        req = c1["requests"] - c0["requests"]
-                        cap = _request_cap(prof)
-                        rows.append({"kind": "pread", "profile": profile, "time_scale": prof.time_scale,
-                                     "read_size": prof.read_size, "readahead": prof.readahead,
-                                     "request_cap": cap, "length": L, "repeat": rep, "offset": off,
-                                     "requests": req, "bytes": c1["bytes"] - c0["bytes"],
-                                     "ceil_l_over_request": math.ceil(L / cap),
-                                     "e": req - math.ceil(L / cap)})
+                        row("pread", L, rep, off, c0, c1, math.ceil(L / cap))
                 # mmap faults: touch every page of a cold region in order, as a walk that reads
                 # the values does; the requests the read-around windows become.
-                cap = _request_cap(prof)
                 for rep in range(repeats):
                     off = i * span
                     i += 1
@@ -96,13 +97,8 @@ def measure(lengths=LENGTHS, repeats: int = 5, workdir=None, profile: str = PROF
                         for pg in range(0, FAULT_REGION, 4096):
                             mm[pg]
                     c1 = m.counters()["total"]
-                    req = c1["requests"] - c0["requests"]
-                    rows.append({"kind": "mmap", "profile": profile, "time_scale": prof.time_scale,
-                                 "read_size": prof.read_size, "readahead": prof.readahead,
-                                 "request_cap": cap, "length": FAULT_REGION, "repeat": rep,
-                                 "offset": off, "requests": req, "bytes": c1["bytes"] - c0["bytes"],
-                                 "ceil_l_over_request": math.ceil(FAULT_REGION / max(4096, prof.readahead)),
-                                 "e": req - math.ceil(FAULT_REGION / max(4096, prof.readahead))})
+                    row("mmap", FAULT_REGION, rep, off, c0, c1,
+                        math.ceil(FAULT_REGION / max(4096, prof.readahead)))
             finally:
                 os.close(fd)
         return rows

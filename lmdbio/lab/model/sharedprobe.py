@@ -1,38 +1,26 @@
 """What the shared target S is asked for: requests per read on a node, measured on a 2-node target.
 
-On the shared storage target (:mod:`lmdbio.lab.storage.shared`) a node's
-read reaches S only after the node's page cache, its readahead and the
-direct-I/O loop device have shaped it. The scale model needs the requests
-and bytes S is charged for each kind of read a variant makes, so
-:func:`measure` builds a 2-node target over a synthetic file (random bytes,
-no data set of any sweep), gives S the profile's budget for
-:data:`PROBE_RANKS` ranks, and for each measurement evicts the node's file
-(and S), reads, waits until no request is in flight, and takes S's counters
-(the blkio rule's charged bios and bytes, S's completed requests) and the
-node device's before and after:
+On the shared storage target (:mod:`lmdbio.lab.storage.shared`) a node's read reaches S only
+after the node's page cache, readahead and direct-I/O loop device have shaped it.
+:func:`measure` builds a 2-node target over a synthetic file (random bytes, no data set of any
+sweep), gives S the profile's budget for :data:`PROBE_RANKS` ranks, and for each measurement
+evicts the node's file (and S), reads, waits until no request is in flight, and takes S's and
+the node device's counters before and after. The kinds:
 
-- ``pread``: one cold ``preadv`` of L bytes at a page-aligned offset that is
-  not block-aligned (an explicit read of one extent: DIO, PROV, COAL);
-  ``node`` 1 reads a range node 0 has read (each node has its own cache);
-- ``pread-seq``: :data:`SEQ_READS` back-to-back preads of L, each starting
-  where the last ended (a lone reader's batches; what readahead adds);
-- ``pread-cached``: one page every :data:`STRIDE_PAGES` pages read first
-  (4 KiB preads, as DIO's index pass reads the leaf pages), then one pread
-  of L over them: the cached pages cut it into ``pieces``;
-- ``willneed``: ``posix_fadvise(WILLNEED)`` of L, then a pread of L (DM's
-  speculation);
-- ``seq4k``: 4 KiB preads in order over :data:`SEQ4K_BYTES` (readahead's
-  window);
-- ``mmap``: K processes map a cold :data:`FAULT_BYTES` file and touch every
-  page in order (:func:`lmdbio.lab.storage.faulters.measure`; LMDB's path
-  with K ranks on a node).
+- ``pread``: one cold ``preadv`` of L at a page-aligned, not block-aligned offset (one extent:
+  DIO, PROV, COAL); ``node`` 1 reads a range node 0 has read (each node has its own cache);
+- ``pread-seq``: :data:`SEQ_READS` back-to-back preads of L (a lone reader's batches);
+- ``pread-cached``: one page every :data:`STRIDE_PAGES` read first (DIO's index pass), then
+  one pread of L over them, cut into ``pieces``;
+- ``willneed``: ``posix_fadvise(WILLNEED)`` of L, then a pread of L (DM's speculation);
+- ``seq4k``: 4 KiB preads in order over :data:`SEQ4K_BYTES` (readahead's window);
+- ``mmap``: K processes fault every page of a cold :data:`FAULT_BYTES` file in order
+  (:func:`lmdbio.lab.storage.faulters.measure`).
 
-``python -m lmdbio.lab.model.sharedprobe [OUT_DIR]`` writes ``requests.csv``
-(one row per measurement), ``faulters.csv`` (the ``mmap`` rows in the
-faulters curve's columns), ``queue.csv`` (the node and S devices' sysfs
-queue limits) and ``meta.json`` to ``data/results/model_calibration/shared``;
-:func:`load_probe` reads them for the model. Needs root, loop devices and a
-blkio (or io) controller.
+``python -m lmdbio.lab.model.sharedprobe [OUT_DIR]`` writes ``requests.csv``, ``faulters.csv``
+(the ``mmap`` rows), ``queue.csv`` (the devices' sysfs queue limits) and ``meta.json`` to
+``data/results/model_calibration/shared``; :func:`load_probe` reads them for the model. Needs
+root, loop devices and a blkio (or io) controller.
 """
 
 from __future__ import annotations
@@ -217,25 +205,9 @@ def measure(repeats: int = 3, workdir=None, profile: str = "gpfs-2017", progress
                         lambda fd, off, L=L: pread_all(fd, off, L))
                     region += 1
                 # Node 1 reads what node 0 read (after node 0, without evicting node 0's copy).
-                reg1 = region
-                one("pread", 0, "data.bin", 1 << 20, reg1, rep,
-                    lambda fd, off: pread_all(fd, off, 1 << 20))
-                path1 = s.path(1, "probe/data.bin")
-                fd1 = os.open(path1, os.O_RDONLY)
-                try:
-                    s.evict(1, "probe/data.bin")
-                    c0 = counters(1)
-                    t0 = time.perf_counter()
-                    calls = pread_all(fd1, reg1 * SPAN + 7 * PAGE, 1 << 20)
-                    wall = time.perf_counter() - t0
-                    _settle(devs)
-                    c1 = counters(1)
-                finally:
-                    os.close(fd1)
-                rows.append({"kind": "pread", "node": 1, "length": 1 << 20, "K": 1, "stride": 0,
-                             "repeat": rep, "offset": reg1 * SPAN + 7 * PAGE, "calls": calls,
-                             "pieces": 1, "start_resident": 0.0, "wall_s": wall,
-                             **{k: c1[k] - c0[k] for k in c0}})
+                for node in (0, 1):
+                    one("pread", node, "data.bin", 1 << 20, region, rep,
+                        lambda fd, off: pread_all(fd, off, 1 << 20))
                 region += 1
                 for L in SEQ_LENGTHS:
                     def seq(fd, off, L=L):

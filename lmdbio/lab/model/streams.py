@@ -3,11 +3,8 @@
 A *stream* is one reader's requests in one phase of an iteration: ``n``
 requests of ``size`` bytes at consecutive offsets from ``offset`` (or
 ``spacing`` apart), at most ``depth`` in flight (1: each waits for the
-previous, as page faults do). A fractional depth ``d`` (a measured
-effective depth, e.g. 1.5) is simulated, not divided: the stream keeps
-its slots alternating between ``floor(d)`` and ``ceil(d)``: after its
-``k``-th completion it may refill up to ``ceil(d)`` requests for a fraction
-``f = d - floor(d)`` of the ``k`` (spread evenly), else up to ``floor(d)``. All streams of a phase start together; each
+previous, as page faults do; a fractional depth, measured, alternates
+``floor(d)`` and ``ceil(d)`` slots). All streams of a phase start together; each
 is submitted to :class:`lmdbio.lab.pfs.model.StorageModel` in time order
 (FIFO targets, stripes, seeks between interleaved streams, node links).
 
@@ -26,6 +23,7 @@ import heapq
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..pfs.model import Profile, StorageModel
 
@@ -97,112 +95,134 @@ def run_phase(profile: Profile, nodes: int, streams: list[Stream], budget: int =
     front of storage (the blocks are the profile's stripe units: GPFS reads
     whole blocks into its pagepool); a request is served by the blocks it
     touches, each fetched whole on a miss. The cache lives for this phase.
+    A phase is a pure function of its arguments: a repeated one (DIO's and
+    PROV's reads, one index pass for four variants) is simulated once.
     """
     if not streams:
         return [], {}
-    pieces = sum(s.n * max(1, math.ceil(s.size / profile.stripe)) for s in streams)
-    q = min(1.0, budget / pieces) if pieces > 0 else 1.0
-    m = [max(1, math.ceil(s.n * q - 1e-9)) if s.n > 0 else 0 for s in streams]
-    model = StorageModel(profile, nodes)
-    caches = [BlockCache(cache_bytes, profile.stripe) for _ in range(nodes)] if cache_bytes > 0 else None
-    issued = [0] * len(streams)            # requests scheduled (submitted or waiting in the heap)
-    inflight = [0] * len(streams)
-    done = [0.0] * len(streams)
-    mid_k = [mi // 2 for mi in m]          # the request whose completion marks the half-way point
-    mid_t = [0.0] * len(streams)
-    finished = [0] * len(streams)
-    base_slots = [max(1, int(math.floor(s.depth))) for s in streams]
-    frac = [max(0.0, float(s.depth) - b) if s.depth > 1 else 0.0 for s, b in zip(streams, base_slots)]
-    closed = [0] * len(streams)            # completions so far: the slot count's clock
-
-    def cap(i: int) -> int:
-        # Alternate floor and ceil slots: after the k-th completion the stream may have
-        # ceil(d) requests in flight for a fraction f of the k (Bresenham), else floor(d).
-        k = closed[i]
-        return base_slots[i] + int(math.floor((k + 1) * frac[i]) - math.floor(k * frac[i]))
-
-    heap: list[tuple[float, int, int, bool]] = []   # (time, seq, stream, is_completion)
-    seq = 0
-
-    def refill(i: int, t: float) -> None:
-        nonlocal seq
-        while issued[i] < m[i] and inflight[i] < cap(i):
-            heapq.heappush(heap, (t, seq, i, False))
-            seq += 1
-            issued[i] += 1
-            inflight[i] += 1
-
     for i, s in enumerate(streams):
         if s.after >= i:
             raise ValueError(f"stream {i} starts after stream {s.after}: it must be an earlier one")
-    start = [0.0] * len(streams)
-    waiting = {}                           # stream -> the streams that start when it ends
-    for i, s in enumerate(streams):
-        if s.after >= 0:
-            waiting.setdefault(s.after, []).append(i)
-        else:
-            refill(i, 0.0)
+    times, counters = _phase(profile, nodes, tuple(streams), budget, cache_bytes)
+    return list(times), dict(counters)
 
-    def ended(i: int, t: float) -> None:
-        for j in waiting.pop(i, ()):
-            start[j] = t
-            refill(j, t)
-            if not m[j]:
-                ended(j, t)
 
-    for i in range(len(streams)):
-        if not m[i] and streams[i].after < 0:
-            ended(i, 0.0)
-    sent = [0] * len(streams)
-    while heap:
-        t, _, i, completion = heapq.heappop(heap)
-        if completion:
-            inflight[i] -= 1
-            finished[i] += 1
-            closed[i] += 1
-            if finished[i] == mid_k[i]:
-                mid_t[i] = t
-            refill(i, t)
-            if finished[i] == m[i]:
-                ended(i, t)
-            continue
-        s = streams[i]
-        k = sent[i]
-        sent[i] += 1
-        base = (s.offset // s.size) * s.size if s.align and s.size else s.offset
-        off = base + k * (s.spacing or s.size)
-        if caches is None:
-            end = model.submit(s.node, i, off, s.size, t)
-        else:
-            c, blk = caches[s.node], profile.stripe
-            end = t
-            for b in range(off // blk, (off + max(1, s.size) - 1) // blk + 1):
-                r = c.ready(b)
-                if r is None:
-                    r = model.submit(s.node, i, b * blk, blk, t)
-                    c.put(b, r)
-                end = max(end, r)
-        done[i] = max(done[i], end)
-        heapq.heappush(heap, (end, seq, i, True))
-        seq += 1
-    times = []
-    for i, s in enumerate(streams):
-        if not m[i]:
-            times.append(0.0)
-            continue
-        if s.n > m[i] and m[i] >= 4:
-            # Extrapolate at the steady rate of the second half (the start-up transient,
-            # every stream arriving at once, is not repeated).
-            rate = (done[i] - mid_t[i]) / (m[i] - mid_k[i])
-            t = done[i] - start[i] + (s.n - m[i]) * rate
-        else:
-            t = (done[i] - start[i]) * (s.n / m[i])
-        times.append(t)
-    c = model.counters()["total"]
-    scale = sum(s.n for s in streams) / max(1, sum(m))
-    out = {"requests": c["requests"] * scale, "bytes": c["bytes"] * scale,
-           "seeks": c["seeks"] * scale, "sampled_fraction": q}
-    if caches is not None:
-        hits, misses = sum(x.hits for x in caches), sum(x.misses for x in caches)
-        out["cache_hit_fraction"] = hits / max(1, hits + misses)
-    return times, out
+@lru_cache(maxsize=64)
+def _phase(profile, nodes, streams, budget, cache_bytes):
+    return _Phase(profile, nodes, streams, budget, cache_bytes).run()
+
+
+class _Phase:
+    """One phase's event simulation: requests submitted in time order, completions refill slots."""
+
+    def __init__(self, profile, nodes, streams, budget, cache_bytes):
+        pieces = sum(s.n * max(1, math.ceil(s.size / profile.stripe)) for s in streams)
+        q = min(1.0, budget / pieces) if pieces > 0 else 1.0
+        self.q, self.streams, self.profile = q, streams, profile
+        self.m = [max(1, math.ceil(s.n * q - 1e-9)) if s.n > 0 else 0 for s in streams]
+        self.model = StorageModel(profile, nodes)
+        self.caches = ([BlockCache(cache_bytes, profile.stripe) for _ in range(nodes)]
+                       if cache_bytes > 0 else None)
+        k = len(streams)
+        self.issued, self.inflight, self.finished = [0] * k, [0] * k, [0] * k
+        self.done, self.start, self.mid_t = [0.0] * k, [0.0] * k, [0.0] * k
+        self.mid_k = [mi // 2 for mi in self.m]    # the completion that marks the half-way point
+        self.slots = [max(1, int(math.floor(s.depth))) for s in streams]
+        self.frac = [max(0.0, float(s.depth) - b) if s.depth > 1 else 0.0
+                     for s, b in zip(streams, self.slots)]
+        self.heap: list[tuple[float, int, int, bool]] = []   # (time, seq, stream, is_completion)
+        self.seq = 0
+        self.waiting: dict[int, list[int]] = {}   # stream -> the streams that start when it ends
+
+    def refill(self, i: int, t: float) -> None:
+        # A fractional depth d alternates floor(d) and ceil(d) slots: after the k-th completion
+        # the stream may have ceil(d) in flight for a fraction f of the k (Bresenham).
+        cap, f = self.slots[i], self.frac[i]
+        if f:
+            k = self.finished[i]
+            cap += int(math.floor((k + 1) * f) - math.floor(k * f))
+        n = min(self.m[i] - self.issued[i], cap - self.inflight[i])
+        for _ in range(n):
+            heapq.heappush(self.heap, (t, self.seq, i, False))
+            self.seq += 1
+        if n > 0:
+            self.issued[i] += n
+            self.inflight[i] += n
+
+    def ended(self, i: int, t: float) -> None:
+        for j in self.waiting.pop(i, ()):
+            self.start[j] = t
+            self.refill(j, t)
+            if not self.m[j]:
+                self.ended(j, t)
+
+    def submit(self, i: int, off: int, t: float) -> float:
+        s = self.streams[i]
+        if self.caches is None:
+            return self.model.submit(s.node, i, off, s.size, t)
+        c, blk = self.caches[s.node], self.profile.stripe
+        end = t
+        for b in range(off // blk, (off + max(1, s.size) - 1) // blk + 1):
+            r = c.ready(b)
+            if r is None:
+                r = self.model.submit(s.node, i, b * blk, blk, t)
+                c.put(b, r)
+            end = max(end, r)
+        return end
+
+    def run(self) -> tuple[list[float], dict]:
+        streams, m, heap = self.streams, self.m, self.heap
+        for i, s in enumerate(streams):
+            if s.after >= 0:
+                self.waiting.setdefault(s.after, []).append(i)
+            else:
+                self.refill(i, 0.0)
+        for i, s in enumerate(streams):
+            if not m[i] and s.after < 0:
+                self.ended(i, 0.0)
+        first = [(s.offset // s.size) * s.size if s.align and s.size else s.offset for s in streams]
+        step = [s.spacing or s.size for s in streams]
+        sent, done, finished = [0] * len(streams), self.done, self.finished
+        while heap:
+            t, _, i, completion = heapq.heappop(heap)
+            if completion:
+                self.inflight[i] -= 1
+                finished[i] += 1
+                if finished[i] == self.mid_k[i]:
+                    self.mid_t[i] = t
+                self.refill(i, t)
+                if finished[i] == m[i]:
+                    self.ended(i, t)
+                continue
+            end = self.submit(i, first[i] + sent[i] * step[i], t)
+            sent[i] += 1
+            if end > done[i]:
+                done[i] = end
+            heapq.heappush(heap, (end, self.seq, i, True))
+            self.seq += 1
+        return self.times(), self.counters()
+
+    def times(self) -> list[float]:
+        out = []
+        for i, s in enumerate(self.streams):
+            m, done = self.m[i], self.done[i]
+            if not m:
+                out.append(0.0)
+            elif s.n > m and m >= 4:
+                # Extrapolate at the steady rate of the second half (the start-up transient,
+                # every stream arriving at once, is not repeated).
+                rate = (done - self.mid_t[i]) / (m - self.mid_k[i])
+                out.append(done - self.start[i] + (s.n - m) * rate)
+            else:
+                out.append((done - self.start[i]) * (s.n / m))
+        return out
+
+    def counters(self) -> dict:
+        c = self.model.counters()["total"]
+        scale = sum(s.n for s in self.streams) / max(1, sum(self.m))
+        out = {"requests": c["requests"] * scale, "bytes": c["bytes"] * scale,
+               "seeks": c["seeks"] * scale, "sampled_fraction": self.q}
+        if self.caches is not None:
+            hits, misses = sum(x.hits for x in self.caches), sum(x.misses for x in self.caches)
+            out["cache_hit_fraction"] = hits / max(1, hits + misses)
+        return out

@@ -2,15 +2,7 @@
 
 Each estimate of a platform (its ``[ranges]``, its workloads' ``[workload.ranges]``
 and its storage profile's ``[NAME.ranges]`` in ``lmdbio/lab/pfs/profiles.toml``)
-is one dimension. A sample draws every dimension at once, stratified
-(``n`` strata per dimension, each used once, in a seeded random order):
-
-- a number whose range spans 4x or more (both ends > 0) is drawn
-  log-uniformly, another number uniformly (integers rounded);
-- a switch (booleans, file paths, or ends not in increasing order such as
-  ``stagger_size`` 1 / 0) takes its low end in half the strata, its high end
-  in the other half.
-
+is one dimension, drawn as :mod:`lmdbio.lab.model.estimates` says.
 :func:`joint` runs the model at every sample (``joint.csv``); a quantity's
 band is the 5-95% range of its samples (:func:`band`), and a verdict is
 yes/no only when every sample is on one side of the threshold
@@ -23,14 +15,13 @@ from __future__ import annotations
 
 import functools
 import math
-import multiprocessing
-import os
 
 import numpy as np
 
 from .estimates import (BAND, PREFIX, Estimate, apply, draw, estimates,
                         latin_hypercube)
 from .platform import Platform
+from .predict import forked_map, predict, predict_point
 
 __all__ = ["Estimate", "estimates", "apply", "latin_hypercube", "draw", "joint", "band", "applying",
            "deciders", "verdict_map", "verdict_maps", "io_s", "MAPS", "BAND", "PREFIX", "CO_CENTRAL",
@@ -53,40 +44,16 @@ def joint(platform: Platform, procs, variants=("all",), workloads=None, cal=None
     points += [(n + j, values, label) for j, (label, values) in enumerate(co_centrals(est))]
     run = functools.partial(_sample_rows, platform, est, procs, variants, workloads, cal, budget,
                             batches)
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(points)))
     rows: list[dict] = []
-    if jobs == 1:
-        done = map(run, points)
-    else:
-        # Forked workers inherit ``run`` (the platform and calibration do not pickle); only the
-        # points and the rows travel.
-        _FORKED[0] = run
-        pool = multiprocessing.get_context("fork").Pool(jobs)
-        done = pool.imap(_forked, points)
-    try:
-        for k, part in enumerate(done):
-            rows += part
-            if progress and k < n:
-                progress(k + 1, n)
-    finally:
-        if jobs > 1:
-            pool.close()
-            pool.join()
-            _FORKED[0] = None
+    for k, part in enumerate(forked_map(run, points, jobs)):
+        rows += part
+        if progress and k < n:
+            progress(k + 1, n)
     return rows
-
-
-_FORKED: list = [None]
-
-
-def _forked(point):
-    return _FORKED[0](point)
 
 
 def _sample_rows(platform, est, procs, variants, workloads, cal, budget, batches, point):
     """The prediction's rows at one joint sample ``(index, values, co-central label)``."""
-    from .predict import predict
-
     i, values, label = point
     p = apply(platform, values)
     codes = {PREFIX + e.name: e.code(values[e.name]) for e in est}
@@ -166,32 +133,30 @@ def deciders(frame, value_col: str, top: int = 3) -> list[tuple[str, float]]:
 
 def verdict_map(platform: Platform, workload: str, slow: str, fast: str, nprocs: int,
                 x: Estimate, y: Estimate, cal, *, points: int = 7, budget: int = 20000,
-                fixed: dict | None = None) -> list[dict]:
+                fixed: dict | None = None, jobs: int | None = 1) -> list[dict]:
     """The ratio slow/fast of overall time (the quantity the poster and TOPC report) over a
     ``points`` x ``points`` grid of two estimates.
 
     Every other estimate stays central, except those in ``fixed`` (``{name:
     value}``); the grid runs each estimate over its range (log-spaced for a
-    "log" estimate, the two ends for a switch).
+    "log" estimate, the two ends for a switch). ``jobs``: processes (:func:`forked_map`).
     """
-    from .predict import predict_point
-
     def grid(e: Estimate):
         if e.kind == "switch":
             return [e.low, e.high]
         return [e.value(i / (points - 1)) if i < points - 1 else e.high for i in range(points)]
 
-    rows = []
-    for xv in grid(x):
-        for yv in grid(y):
-            p = apply(platform, {**(fixed or {}), x.name: xv, y.name: yv})
-            w = p.workload(workload)
-            total = {v: predict_point(p, w, v, int(nprocs), cal, budget=budget)["total_s"]
-                     for v in (slow, fast)}
-            rows.append({"workload": workload, "slow": slow, "fast": fast, "nprocs": int(nprocs),
-                         "x_estimate": x.name, "x": x.code(xv), "y_estimate": y.name,
-                         "y": y.code(yv), "ratio": total[slow] / total[fast]})
-    return rows
+    def cell(xy):
+        xv, yv = xy
+        p = apply(platform, {**(fixed or {}), x.name: xv, y.name: yv})
+        w = p.workload(workload)
+        total = {v: predict_point(p, w, v, int(nprocs), cal, budget=budget)["total_s"]
+                 for v in (slow, fast)}
+        return {"workload": workload, "slow": slow, "fast": fast, "nprocs": int(nprocs),
+                "x_estimate": x.name, "x": x.code(xv), "y_estimate": y.name,
+                "y": y.code(yv), "ratio": total[slow] / total[fast]}
+
+    return list(forked_map(cell, [(xv, yv) for xv in grid(x) for yv in grid(y)], jobs))
 
 
 #: The verdict maps ``lmdbio model predict`` draws: (claim, workload, slower, faster variant,
@@ -211,7 +176,7 @@ def io_s(frame):
 
 
 def verdict_maps(platform: Platform, joint_rows, cal, nprocs: int, *, maps=MAPS, points: int = 6,
-                 budget: int = 20000) -> list[dict]:
+                 budget: int = 20000, jobs: int | None = 1) -> list[dict]:
     """Every map of ``maps``, from the estimates the joint samples' ratio follows most
     (:func:`deciders`): x = the storage's ``seek_s``; z, when a switch is among the three
     strongest, one map at each of its ends; y = the estimate with a range of values the ratio
@@ -251,7 +216,8 @@ def verdict_maps(platform: Platform, joint_rows, cal, nprocs: int, *, maps=MAPS,
         for zv in ([z.low, z.high] if z else [None]):
             fixed = {z.name: zv} if z else {}
             for r in verdict_map(platform, workload, slow, fast, nprocs, by_name[xs[0]],
-                                 by_name[ys[0]], cal, points=points, budget=budget, fixed=fixed):
+                                 by_name[ys[0]], cal, points=points, budget=budget, fixed=fixed,
+                                 jobs=jobs):
                 rows.append({"claim": claim, "threshold": threshold, **r,
                              "z_estimate": z.name if z else "", "z": z.code(zv) if z else float("nan")})
     return rows

@@ -42,6 +42,7 @@ from .calibrate import Calibration
 from .platform import Platform, Workload, load_platform
 from .predict import PHASES, predict_point
 from ..paths import REPO
+from .criterion import CRITERION, INDEPENDENT
 
 __all__ = ["DEFAULT_SOURCES", "SETTINGS", "INDEPENDENT", "CRITERION", "find_summaries", "setting_of",
            "throttled_profile", "shared_profile", "validate", "error_table", "gap_of", "criterion_table", "write_validation"]
@@ -50,10 +51,6 @@ _R = REPO / "data" / "results"
 DEFAULT_SOURCES = (_R / "bench_issue6", _R / "pfs_sweep", _R / "throttled", _R / "dilated", _R / "shared")
 SETTINGS = ("local disk", "throttled block device", "shared storage target",
             "time-dilated emulated GPFS (shares the storage model)", "emulated GPFS (shares the storage model)")
-#: Settings whose measurements the storage model did not produce.
-INDEPENDENT = ("local disk", "throttled block device", "shared storage target")
-#: Median |relative error| per variant and setting.
-CRITERION = 0.25
 
 
 def find_summaries(sources=DEFAULT_SOURCES) -> list[Path]:
