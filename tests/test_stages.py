@@ -306,7 +306,7 @@ def test_preadv_fills_the_buffer_so_offsets_slice_out_each_record(db, expected, 
 
 
 @pytest.mark.parametrize("order", ["file", "file twice", "shuffled", "shuffled twice"])
-@pytest.mark.parametrize("gap,iov_max", [(64 << 10, 1024), (64 << 10, 1), (0, 1024)])
+@pytest.mark.parametrize("gap,iov_max", [(64 << 10, 1024), (64 << 10, 1), (4096, 1024), (0, 1024)])
 def test_preadv_lays_records_at_one_stride_in_batch_order(db, expected, index, gap, iov_max,
                                                           order, monkeypatch):
     """Each record lands at ``i * stride`` in the order asked (``stride``: the CIFAR Datum's

@@ -126,6 +126,12 @@ class Scatter:
         if n == 0:
             none = np.zeros(0, np.int64)
             return Extents(none, none, none, sizes)
+        size = int(sizes[0])
+        if n > 1:
+            step = np.diff(offsets)
+            stride = int(step.min())
+            if size <= stride <= min(2 * size, size + max_gap) and sizes.min() == sizes.max():
+                return cls._in_file_order(offsets, sizes, step, stride, max_gap)
         order = np.argsort(offsets, kind="stable")
         s = offsets[order]
         e = s + sizes[order]
@@ -141,10 +147,54 @@ class Scatter:
         buf_off = np.empty(n, np.int64)
         buf_off[order] = (np.cumsum(length) - length)[ext] + (s - start[ext])
         located = Extents(start, length, buf_off, sizes)
-        size = int(sizes[0])
         if n > 1 and (sizes == size).all():
             located.scatter = cls._strided(order, s, hole, new, size, offsets,
                                            int(length.sum()))
+        return located
+
+    @classmethod
+    def _in_file_order(cls, offsets, sizes, step, stride: int, max_gap: int) -> Extents:
+        """:meth:`locate` of records of one size asked in file order (a chunk of the stream,
+        most chunks): runs and extents from the steps between records, a few Python items
+        per run instead of numpy passes over the records."""
+        n, size = len(offsets), int(sizes[0])
+        cut = np.flatnonzero(step != stride)
+        at = offsets[np.concatenate(([0], cut + 1))].tolist()
+        end = (offsets[np.append(cut, n - 1)] + size).tolist()
+        heads = [0, *(cut + 1).tolist()]
+        self = cls()
+        self.offsets = np.arange(n, dtype=np.int64) * stride
+        self.nbytes, self.twins = stride * (n - 1) + size, []
+        length: list[int] = []
+        dest: list[int] = []
+        calls: list[list[int]] = []
+        ext: list[list[int]] = []
+        for r, (a, b, h) in enumerate(zip(at, end, heads)):
+            hole = a - end[r - 1] if r else max_gap + 1
+            if hole > max_gap:   # a new extent: a new call
+                ext.append([a, b])
+                calls.append([len(length), a])
+            else:
+                ext[-1][1] = b
+                length.append(hole)
+                dest.append(-1)
+            length.append(b - a)
+            dest.append(h * stride)
+        self.length, self.dest = np.array(length, np.int64), np.array(dest, np.int64)
+        self.gap = max((x for x, d in zip(length, dest) if d < 0), default=0)
+        ends = [c[0] for c in calls[1:]] + [len(length)]
+        self.calls = [(c, min(b, c + _IOV_MAX), off + sum(length[first:c]))
+                      for (first, off), b in zip(calls, ends) for c in range(first, b, _IOV_MAX)]
+        start = np.array([a for a, _ in ext], np.int64)
+        ext_len = np.array([b - a for a, b in ext], np.int64)
+        if len(ext) == 1:   # the common chunk: one extent
+            buf_off = offsets - ext[0][0]
+        else:
+            first = np.searchsorted(offsets, start)
+            base = np.cumsum(ext_len) - ext_len
+            buf_off = offsets + np.repeat(base - start, np.diff(np.append(first, n)))
+        located = Extents(start, ext_len, buf_off, sizes)
+        located.scatter = self
         return located
 
     @classmethod
