@@ -74,7 +74,7 @@ class Batch:
 
         ``layout="HWC"`` gives ``(n, h, w, c)``, DALI's layout (JPEGs decode without a
         channel split). ``copy=False`` lets the images of raw Datums of one layout at one
-        stride (a Reader's batches: every fetcher lays them back to back) be a read-only
+        stride (a Reader's batches: every fetcher lays them at one stride) be a read-only
         view of this batch's buffer, valid as long as the batch's own views (until the
         second following ``read_batch()``). An image that declares a
         side of 0 or more than ``max_pixels`` pixels (default
