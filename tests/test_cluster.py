@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 
 from lmdbio.lab import cluster as C
 from lmdbio.lab import experiments as E
+from lmdbio.lab.notebook_runner import _notebook_cluster
 from lmdbio.errors import ConfigurationError, LmdbioError
 
 
@@ -312,7 +314,7 @@ def test_stop_shuts_engines_down_through_mpi_finalize():
 def test_hung_ranks_stop_the_cluster_and_leave_no_segment():
     # It ends its own cluster (the others wait in a barrier forever).
     with C.MPICluster(n=2, work_dir=HERE) as c:
-        c.failure_grace = 2.0
+        c.failure_grace = 0.5   # the others never finish: no wait makes them
         pids = [p["pid"] for p in c.processes]
         files = _engine_shm(c)
         dogs = _watchdogs(pids)
@@ -448,7 +450,10 @@ def test_blocks_attach_to_the_runners_cluster_and_leave_it_running():
         with C.MPICluster(n=3, work_dir=HERE) as big:
             assert big.shared is None
             assert not {p["pid"] for p in big.processes} & set(pids)
+        # The notebook runner lends it to a measuring notebook (this file, in its folder, stands in).
+        assert isinstance(_notebook_cluster(Path(__file__), "tiny", True, {}), nullcontext)
     assert C.SHARED_ENV not in os.environ
+    assert not isinstance(_notebook_cluster(Path(__file__), "tiny", True, {}), nullcontext)
     assert _gone(pids + [controller]) == []
     assert runner.left_behind == [] and [f for f in files if Path(f).exists()] == []
     assert _gone(dogs) == [], "a watchdog outlived what it watched"
@@ -467,7 +472,7 @@ def test_hung_ranks_in_an_attached_block_stop_the_runners_cluster_and_leave_noth
         dogs = _watchdogs(pids)
         with C.MPICluster(n=2, work_dir=HERE) as c:
             assert c.shared is not None
-            c.failure_grace = 2.0
+            c.failure_grace = 0.5   # rank 1 never leaves its barrier: no wait makes it
             with pytest.raises(C.EngineFailure, match="rank 0 failed"):
                 c.run(_raise_on_rank0_others_wait, 2)
             assert c.view is None and c.left_behind == []

@@ -133,20 +133,38 @@ def test_a_rank_raising_mid_epoch_under_raise_releases_the_others(datasets, tmp_
 
 
 # ------------------------------------------------------------------ the agreement at P = 64
-def agreement(tmp_path, n, limit, stopped=None, timeout=240):
-    args = [limit] if stopped is None else [limit, stopped]
-    out, got = run_coll(tmp_path, "coll_agree.py", n, *args, timeout=timeout)
-    assert out.returncode == 0, out.stderr[-3000:]
-    rows = {r["rank"]: r for r in map(json.loads, got)}
-    assert sorted(rows) == list(range(n)), out.stdout[-2000:]
+#: The present round's limit: with every rank there, only a rank's slowness could reach it.
+PRESENT_LIMIT = 20
+#: The stopped round's limit, which every rank but the stopped one waits out.
+STOPPED_LIMIT = 3
+#: One job per size: its present round, then the round with this rank stopped.
+STOPPED = {64: 8, 8: 0}   # a rank with a subtree; the root
+
+
+@pytest.fixture(scope="module")
+def agreement(tmp_path_factory):
+    """``agreement(n, round)``: each rank's row of that round of coll_agree.py at P = n; one
+    mpiexec job per n runs both rounds."""
+    jobs: dict[int, list[dict]] = {}
+
+    def rows(n: int, name: str) -> dict[int, dict]:
+        if n not in jobs:
+            args = [PRESENT_LIMIT] + ([STOPPED[n], STOPPED_LIMIT] if n in STOPPED else [])
+            out, got = run_coll(tmp_path_factory.mktemp(f"agree{n}"), "coll_agree.py", n, *args,
+                                timeout=240)
+            assert out.returncode == 0, out.stderr[-3000:]
+            jobs[n] = [json.loads(line) for line in got]
+        mine = {r["rank"]: r for r in jobs[n] if r["round"] == name}
+        assert sorted(mine) == list(range(n)), (name, jobs[n][:3])
+        return mine
     return rows
 
 
 @pytest.mark.mpi
 @pytest.mark.gate
 @pytest.mark.parametrize("n", [4, 64])
-def test_every_rank_present_agrees_in_log_p_messages(tmp_path, n):
-    rows = agreement(tmp_path, n, 20)
+def test_every_rank_present_agrees_in_log_p_messages(agreement, n):
+    rows = agreement(n, "present")
     for r in rows.values():
         assert (r["complete"], r["failed"], r["missing"]) == (True, sorted({1, n // 2, n - 1}), [])
     assert sum(r["sent"] for r in rows.values()) == 2 * (n - 1)
@@ -155,16 +173,15 @@ def test_every_rank_present_agrees_in_log_p_messages(tmp_path, n):
 
 @pytest.mark.mpi
 @pytest.mark.gate
-@pytest.mark.parametrize("n,stopped", [(64, 8), (8, 0)])   # a rank with a subtree; the root
-def test_a_stopped_rank_is_named_by_every_other_rank(tmp_path, n, stopped):
-    limit = 3
-    rows = agreement(tmp_path, n, limit, stopped)
+@pytest.mark.parametrize("n,stopped", STOPPED.items())
+def test_a_stopped_rank_is_named_by_every_other_rank(agreement, n, stopped):
+    rows = agreement(n, "stopped")
     for rank, r in rows.items():
         if rank == stopped:
             assert r["complete"] is False, r   # it came after every other rank gave up
             continue
         assert (r["complete"], r["missing"]) == (False, [stopped]), r
-        assert r["seconds"] <= limit + 1, r
+        assert r["seconds"] <= STOPPED_LIMIT + 1, r
         assert r["sent"] <= 3 + math.ceil(math.log2(n)), r
 
 

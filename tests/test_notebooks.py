@@ -1,20 +1,22 @@
 """The notebooks: committed without outputs, one `parameters` cell, and each one runs at tiny scale.
 
 The execution tests run every notebook with papermill at ``scale="tiny"``,
-writing results, figures and datasets under ``tmp_path`` (never over the
+writing results, figures and datasets under a temporary folder (never over the
 committed ones), and check that each notebook wrote the figures it saves.
 """
 
 from __future__ import annotations
 
 import re
+from contextlib import nullcontext
 from pathlib import Path
 
 import nbformat
 import pandas as pd
 import pytest
 
-from lmdbio.lab import claims
+from lmdbio.lab import claims, scales
+from lmdbio.lab.cluster import shared_cluster
 from lmdbio.lab.experiments import pfs_unavailable
 from lmdbio.lab.notebook_runner import REPO, notebooks, run_notebooks, strip, unstripped
 
@@ -143,52 +145,58 @@ def test_beyond_notebooks_judge_targets_with_the_claims_rule_and_render_the_clos
     assert "render_claims_summary(" in last.source, f"{path.name}: the series ends with the claims table"
 
 
-def _run_tiny(tmp_path: Path, only: list[str] | None = None) -> list[dict]:
-    """Run notebooks at tiny scale with every root under ``tmp_path``."""
-    return run_notebooks("tiny", tmp_path / "out", only=only, results_root=tmp_path / "results",
-                         figures_root=tmp_path / "figures", datasets_root=tmp_path / "datasets")
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """``tiny_run(only)``: the notebooks of ``only`` (None: every one) run at tiny scale, every
+    root under one folder of this module's; returns (that folder, their runs).
+
+    A notebook is run once per module, in notebook order, when a test first asks for it:
+    make check's full run (its test comes first) serves notebook 07's test too, and
+    make test, which leaves the full run out, runs 07 alone, in a cluster of the runner's.
+    Several notebooks share one cluster of this fixture's (the runner lends it to each in
+    turn): starting one per notebook would cost seconds each, and each notebook's own is
+    checked by the runs of one notebook (07 here, 05 without FUSE, test_notebook_safety).
+    """
+    root = tmp_path_factory.mktemp("tiny")
+    done: dict[str, dict] = {}
+
+    def run(only: list[str] | None = None) -> tuple[Path, list[dict]]:
+        wanted = notebooks(only)
+        todo = [p for p in wanted if p.name not in done]
+        if todo:
+            n = max(scales.settings(p.stem, "tiny")["n_engines"] for p in todo)
+            with shared_cluster(n, work_dir=todo[0].parent) if len(todo) > 1 else nullcontext():
+                done.update((d["notebook"], d) for d in run_notebooks(
+                    "tiny", root / "out", only=[p.stem for p in todo], results_root=root / "results",
+                    figures_root=root / "figures", datasets_root=root / "datasets"))
+        return root, [done[p.name] for p in wanted]
+    return run
 
 
-def _check_wrote_its_figures(path: Path, tmp_path: Path) -> None:
-    """The notebook ran to ``tmp_path/out``, saved every figure it names, and shows no engine output."""
+def _check_wrote_its_figures(path: Path, root: Path) -> None:
+    """The notebook ran to ``root/out``, saved every figure it names, and shows no engine output."""
     for fig in _figures(path):
         for ext in ("png", "svg"):
-            f = tmp_path / "figures" / f"{fig}.{ext}"
+            f = root / "figures" / f"{fig}.{ext}"
             assert f.exists() and f.stat().st_size > 1000, f"{path.name} did not write {f.name}"
-    assert (tmp_path / "out" / path.name).exists()
+    assert (root / "out" / path.name).exists()
     # Starting and stopping clusters prints no traceback and no engine log line.
-    noise = engine_noise(tmp_path / "out" / path.name)
+    noise = engine_noise(root / "out" / path.name)
     assert noise == [], f"{path.name} shows engine output: {noise[:5]}"
 
 
 @pytest.mark.notebooks
-def test_notebook_07_runs_at_tiny_scale_and_writes_its_figures_and_results(tmp_path):
-    """The fast tier's notebook run: one notebook through the runner (its cells share one
-    cluster), into temporary roots."""
-    path = next(p for p in NOTEBOOKS if p.stem == "07_coal")
-    done = _run_tiny(tmp_path, only=["07"])
-    assert [d["notebook"] for d in done] == [path.name] and done[0]["ok"]
-    _check_wrote_its_figures(path, tmp_path)
-    results = tmp_path / "results" / path.stem
-    assert (results / "meta.json").exists() and len(pd.read_csv(results / "rows.csv")) > 0
-    assert (results / "model" / "predictions.csv").exists()
-    verdicts = pd.read_csv(tmp_path / "results" / "claims.csv")
-    mine = verdicts[(verdicts["notebook"] == path.stem) & (verdicts["setting"] == "local")]
-    assert len(mine) and mine["source"].str.startswith(str(tmp_path)).all()
-
-
-@pytest.mark.notebooks
 @pytest.mark.gate
-def test_every_notebook_runs_at_tiny_scale_and_writes_its_figures(tmp_path):
+def test_every_notebook_runs_at_tiny_scale_and_writes_its_figures(tiny_run):
     committed = {p: p.stat().st_mtime for p in (REPO / "figures").glob("*.png")}
-    done = _run_tiny(tmp_path)
+    root, done = tiny_run()
     assert [d["notebook"] for d in done] == [p.name for p in NOTEBOOKS]
     for path in NOTEBOOKS:
-        _check_wrote_its_figures(path, tmp_path)
-    assert any((tmp_path / "results").rglob("meta.json"))
+        _check_wrote_its_figures(path, root)
+    assert any((root / "results").rglob("meta.json"))
     # The claims: every claim x setting, judged from this run's results (GPFS too where FUSE
     # works; the throttled device where this run measured it, else the committed copy or no data).
-    table = pd.read_csv(tmp_path / "results" / "claims.csv")
+    table = pd.read_csv(root / "results" / "claims.csv")
     assert list(table.columns[:6]) == claims.COLUMNS
     # Every claim in every setting (the model judges some claims once per workload), and the
     # model's poster-axis checks.
@@ -203,9 +211,25 @@ def test_every_notebook_runs_at_tiny_scale_and_writes_its_figures(tmp_path):
         assert r.verdict in allowed, f"{r.claim} {r.setting}: {r.verdict} ({r.why})"
         if r.setting in measured_here and r.verdict != "no data":
             assert "[committed results" not in r.why, f"{r.claim} {r.setting} was not measured by this run"
-            assert str(tmp_path) in r.source
+            assert str(root) in r.source
     # The committed figures were not touched.
     assert {p: p.stat().st_mtime for p in (REPO / "figures").glob("*.png")} == committed
+
+
+@pytest.mark.notebooks
+def test_notebook_07_runs_at_tiny_scale_and_writes_its_figures_and_results(tiny_run):
+    """The fast tier's notebook run: one notebook through the runner (its cells share one
+    cluster), into temporary roots; in make check, the full run's notebook 07."""
+    path = next(p for p in NOTEBOOKS if p.stem == "07_coal")
+    root, done = tiny_run(["07"])
+    assert [d["notebook"] for d in done] == [path.name] and done[0]["ok"]
+    _check_wrote_its_figures(path, root)
+    results = root / "results" / path.stem
+    assert (results / "meta.json").exists() and len(pd.read_csv(results / "rows.csv")) > 0
+    assert (results / "model" / "predictions.csv").exists()
+    verdicts = pd.read_csv(root / "results" / "claims.csv")
+    mine = verdicts[(verdicts["notebook"] == path.stem) & (verdicts["setting"] == "local")]
+    assert len(mine) and mine["source"].str.startswith(str(root)).all()
 
 
 @pytest.mark.notebooks

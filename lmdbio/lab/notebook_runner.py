@@ -211,7 +211,9 @@ def run_notebooks(scale: str = "default", out: str | os.PathLike = "build/notebo
     it is passed to every ``MPICluster()`` through ``$LMDBIO_CLUSTER`` (the
     Slurm settings come from the user's config, see ``lmdbio.lab.cluster``).
     A measuring notebook gets one cluster of its ``n_engines`` for all its
-    cells (:func:`lmdbio.lab.cluster.mpicluster.shared_cluster`), stopped after it.
+    cells (:func:`lmdbio.lab.cluster.mpicluster.shared_cluster`), stopped after it,
+    unless the caller holds a fitting one around this call: that one serves each
+    notebook in turn (the tests' run of every notebook).
 
     Stops at the first failing notebook (its executed copy, with the
     traceback, is in ``out``) and raises papermill's error.
@@ -269,8 +271,12 @@ def _execute(paths: list[Path], out: Path, params: dict, scale: str, run: bool, 
         mine = {k: v for k, v in params.items() if k != "model_ready" or nb.name.startswith("11_")}
         try:
             with _notebook_cluster(nb, scale, run, mine):
+                # The kernel starts in notebooks/ (nbclient's resources path), never by papermill's
+                # cwd=, which chdirs this process: with jobs > 1 one thread's chdir back would
+                # start another's kernel in the wrong folder.
                 pm.execute_notebook(str(nb), str(out / nb.name), parameters=mine, kernel_name="python3",
-                                    cwd=str(nb.parent), progress_bar=progress, execution_timeout=timeout)
+                                    resources={"metadata": {"path": str(nb.parent)}},
+                                    progress_bar=progress, execution_timeout=timeout)
         except Exception:
             done.append({"notebook": nb.name, "seconds": time.monotonic() - t0, "ok": False})
             print(f"[notebooks] {nb.name} FAILED after {done[-1]['seconds']:.0f} s; "
@@ -286,15 +292,23 @@ def _notebook_cluster(nb: Path, scale: str, run: bool, params: dict):
 
     Starting one costs seconds and a notebook opens several ``MPICluster``
     blocks; a cell that asks for more engines starts its own. A replot or a
-    notebook without engines gets none.
+    notebook without engines gets none. A caller that already holds a fitting
+    cluster (:func:`lmdbio.lab.cluster.shared_cluster` around ``run_notebooks``,
+    as the tests' run of every notebook does) lends it to each notebook in turn,
+    while its engines live.
     """
     from contextlib import nullcontext
 
     if not run or "MPICluster" not in nb.read_text():
         return nullcontext()
-    from .cluster import shared_cluster
+    from .cluster import shared, shared_cluster
+    from .procs import pid_alive
+    from .scales import cluster_kind
 
     n = settings(nb.stem, scale, n_engines=params.get("n_engines"))["n_engines"]
+    held = shared.fitting(n, cluster_kind(), None, str(nb.parent))
+    if held is not None and all(pid_alive(p["pid"]) for p in held["processes"]):
+        return nullcontext()   # the kernel inherits $LMDBIO_SHARED_CLUSTER and attaches
     return shared_cluster(n, work_dir=nb.parent)
 
 
