@@ -305,7 +305,7 @@ def test_preadv_fills_the_buffer_so_offsets_slice_out_each_record(db, expected, 
         assert len(start) > 10          # records this far apart: many extents
 
 
-@pytest.mark.parametrize("order", ["file", "file twice", "shuffled", "shuffled twice"])
+@pytest.mark.parametrize("order", ["file", "file twice", "wrapped", "shuffled", "shuffled twice"])
 @pytest.mark.parametrize("gap,iov_max", [(64 << 10, 1024), (64 << 10, 1), (4096, 1024), (0, 1024)])
 def test_preadv_lays_records_at_one_stride_in_batch_order(db, expected, index, gap, iov_max,
                                                           order, monkeypatch):
@@ -313,8 +313,8 @@ def test_preadv_lays_records_at_one_stride_in_batch_order(db, expected, index, g
     overflow page), one preadv per extent (per ``_IOV_MAX`` pieces); a record asked again (a
     stream wrapping inside a chunk) is there again; records in file order are a few pieces."""
     monkeypatch.setattr(fetch, "_IOV_MAX", iov_max)
-    pos = np.arange(60, 140) if order.startswith("file") else \
-        np.random.default_rng(5).permutation(N)[:60]
+    pos = {"file": np.arange(60, 140), "wrapped": np.r_[150:200, 0:40]}.get(
+        order.split()[0], np.random.default_rng(5).permutation(N)[:60])
     if order.endswith("twice"):
         pos = np.concatenate([pos[:30], [pos[0], 3, 3], pos[30:], pos[:2]])
     sizes = index.sizes[pos].astype(np.int64)
@@ -338,8 +338,10 @@ def test_preadv_lays_records_at_one_stride_in_batch_order(db, expected, index, g
     assert row["bytes"] == int(length.sum()) == int(scatter.length.sum())   # each byte once
     assert row["calls"] == len(scatter.calls) >= len(start)   # no short reads here
     assert all(b - a <= iov_max for a, b, _ in scatter.calls)
-    if order == "file" and gap:   # 80 records in order: a run per stretch between leaf pages
+    if order in ("file", "wrapped") and gap:   # a run per stretch between leaf pages
         assert len(scatter.length) < 10
+        o = index.offsets[pos].astype(np.int64)   # planned run by run, not record by record
+        assert fetch.Scatter._by_runs(o, sizes, np.diff(o), 4096, gap) is not None
 
 
 def test_scatter_refuses_a_buffer_it_would_write_past(db, index):

@@ -127,11 +127,14 @@ class Scatter:
             none = np.zeros(0, np.int64)
             return Extents(none, none, none, sizes)
         size = int(sizes[0])
-        if n > 1:
+        if n > 1 and sizes.min() == sizes.max():
             step = np.diff(offsets)
-            stride = int(step.min())
-            if size <= stride <= min(2 * size, size + max_gap) and sizes.min() == sizes.max():
-                return cls._in_file_order(offsets, sizes, step, stride, max_gap)
+            ahead = step[step >= size]
+            stride = int(ahead.min()) if len(ahead) else 0
+            if size <= stride <= min(2 * size, size + max_gap):
+                got = cls._by_runs(offsets, sizes, step, stride, max_gap)
+                if got is not None:
+                    return got
         order = np.argsort(offsets, kind="stable")
         s = offsets[order]
         e = s + sizes[order]
@@ -153,47 +156,55 @@ class Scatter:
         return located
 
     @classmethod
-    def _in_file_order(cls, offsets, sizes, step, stride: int, max_gap: int) -> Extents:
-        """:meth:`locate` of records of one size asked in file order (a chunk of the stream,
-        most chunks): runs and extents from the steps between records, a few Python items
-        per run instead of numpy passes over the records."""
+    def _by_runs(cls, offsets, sizes, step, stride: int, max_gap: int) -> Extents | None:
+        """:meth:`locate` of records of one size that lie in runs at ``stride`` in the file
+        and in the batch (a chunk of the stream: a few runs, cut by leaf pages and by the
+        file's jumps back where a later commit put its pages): the runs sorted by file
+        offset, a few Python items each, instead of numpy passes over the records. None
+        when two runs overlap (a record asked twice) or the runs are many and short (a
+        shuffled batch): the general path takes those."""
         n, size = len(offsets), int(sizes[0])
         cut = np.flatnonzero(step != stride)
-        at = offsets[np.concatenate(([0], cut + 1))].tolist()
-        end = (offsets[np.append(cut, n - 1)] + size).tolist()
+        if len(cut) > 8 + n // 16:   # many short runs (a shuffled batch): numpy does better
+            return None
         heads = [0, *(cut + 1).tolist()]
+        count = np.diff([*heads, n])
+        runs = sorted(zip(offsets[heads].tolist(), (offsets[[*cut.tolist(), n - 1]] + size).tolist(),
+                          heads, range(len(heads))))
         self = cls()
         self.offsets = np.arange(n, dtype=np.int64) * stride
         self.nbytes, self.twins = stride * (n - 1) + size, []
         length: list[int] = []
         dest: list[int] = []
         calls: list[list[int]] = []
-        ext: list[list[int]] = []
-        for r, (a, b, h) in enumerate(zip(at, end, heads)):
-            hole = a - end[r - 1] if r else max_gap + 1
+        ext: list[list[int]] = []   # [file start, file end, buffer base]
+        delta = [0] * len(heads)    # per run: its records' buffer offset - file offset
+        end = -max_gap - 2
+        for a, b, h, r in runs:
+            hole = a - end
+            if hole < 0:
+                return None
             if hole > max_gap:   # a new extent: a new call
-                ext.append([a, b])
+                base = ext[-1][2] + ext[-1][1] - ext[-1][0] if ext else 0
+                ext.append([a, b, base])
                 calls.append([len(length), a])
             else:
                 ext[-1][1] = b
                 length.append(hole)
                 dest.append(-1)
+            delta[r] = ext[-1][2] - ext[-1][0]
             length.append(b - a)
             dest.append(h * stride)
+            end = b
         self.length, self.dest = np.array(length, np.int64), np.array(dest, np.int64)
         self.gap = max((x for x, d in zip(length, dest) if d < 0), default=0)
-        ends = [c[0] for c in calls[1:]] + [len(length)]
+        stops = [c[0] for c in calls[1:]] + [len(length)]
         self.calls = [(c, min(b, c + _IOV_MAX), off + sum(length[first:c]))
-                      for (first, off), b in zip(calls, ends) for c in range(first, b, _IOV_MAX)]
-        start = np.array([a for a, _ in ext], np.int64)
-        ext_len = np.array([b - a for a, b in ext], np.int64)
-        if len(ext) == 1:   # the common chunk: one extent
-            buf_off = offsets - ext[0][0]
-        else:
-            first = np.searchsorted(offsets, start)
-            base = np.cumsum(ext_len) - ext_len
-            buf_off = offsets + np.repeat(base - start, np.diff(np.append(first, n)))
-        located = Extents(start, ext_len, buf_off, sizes)
+                      for (first, off), b in zip(calls, stops) for c in range(first, b, _IOV_MAX)]
+        located = Extents(np.array([e[0] for e in ext], np.int64),
+                          np.array([e[1] - e[0] for e in ext], np.int64),
+                          offsets + (np.repeat(delta, count) if len(heads) > 1 else delta[0]),
+                          sizes)
         located.scatter = self
         return located
 
