@@ -147,6 +147,7 @@ def test_a_ring_reader_that_stops_is_a_timeout(datasets, tmp_path):
     out, got = run_peers(tmp_path, "rel_ring.py", 2, datasets["cifar10"], env=FAST)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "PeerTimeoutError" in got[1][0] and "did not pass the cursor" in got[1][0], got
+    assert "(missing=(0,))" in got[1][0], got   # the reader waited for, by its rank
 
 
 @pytest.mark.gate

@@ -24,7 +24,7 @@ try:
             r.read_batch()
     msg = "finished"
 except LmdbioError as exc:
-    msg = f"{type(exc).__name__}: {exc}"
+    msg = f"{type(exc).__name__}: {exc} (missing={getattr(exc, 'missing', None)})"
 line = f"rank {comm.rank}: {msg} after {time.monotonic() - t0:.1f} s"
 print(line, flush=True)
 if os.environ.get("REL_OUT"):
