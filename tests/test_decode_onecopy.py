@@ -139,9 +139,11 @@ def test_a_readers_batches_of_datums_are_views_of_its_buffer(datasets, variant, 
             values = [bytes(v) for _, v in txn.cursor()]
         with lmdbio.Reader(datasets[name], 16, variant=variant, shuffle=shuffle,
                            seed=3) as r:
-            # Every batch of an epoch: in file order some straddle a leaf page.
-            for b in r.epoch(0):
+            # Every batch of an epoch is a view (in file order some straddle a leaf page); every
+            # fourth is compared with protobuf's images, record by record.
+            for t, b in enumerate(r.epoch(0)):
                 images, labels = b.as_datum_array(copy=False)
-                assert np.shares_memory(images, b.buffer), (variant, name)
-                want, want_labels = _slow([values[i] for i in b.indices.tolist()])
-                assert np.array_equal(images, want) and np.array_equal(labels, want_labels)
+                assert np.shares_memory(images, b.buffer), (variant, name, t)
+                if t % 4 == 0:
+                    want, want_labels = _slow([values[i] for i in b.indices.tolist()])
+                    assert np.array_equal(images, want) and np.array_equal(labels, want_labels)

@@ -88,7 +88,7 @@ def test_pip_installed_lab_benches_under_the_given_root(tmp_path):
     py = venv / "bin" / "python"
     env = {k: v for k, v in os.environ.items()
            if k not in (paths.ROOT_ENV, "PYTHONPATH", "VIRTUAL_ENV")}
-    pip = subprocess.run([str(py), "-m", "pip", "install", "-q",
+    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-compile",
                           "-c", str(ROOT / "constraints.txt"), f"{src}[lab,mpich]"],
                          cwd=work, env=env, capture_output=True, text=True, timeout=1500)
     assert pip.returncode == 0, pip.stderr[-3000:]

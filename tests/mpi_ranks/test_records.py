@@ -33,11 +33,24 @@ def check_stream(comm, db, variant: str, topology: str, per_rank: int, extra: in
     assert total == batches * B
 
 
+DATASETS = ["cifar10", "jpeg", "lmdb10", "reused"]
+
+
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("name", ["cifar10", "jpeg", "lmdb10", "reused"])
-@sizes(fast=(2,), gate=(3, 4))
+@pytest.mark.parametrize("name", DATASETS)
+@sizes(fast=(2,), gate=(3,))
 def test_every_variant_delivers_the_partition(comm, datasets, nprocs, name, variant, topology):
+    check_stream(comm, datasets[name], variant, topology, per_rank=6, extra=3)
+
+
+# At P = 4 without "None:1" (one reader for every rank: the group P = 2 and 3 check).
+@pytest.mark.parametrize("topology", TOPOLOGIES[1:])
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name", DATASETS)
+@sizes(gate=(4,))
+def test_every_variant_delivers_the_partition_in_more_groups(comm, datasets, nprocs, name, variant,
+                                                              topology):
     check_stream(comm, datasets[name], variant, topology, per_rank=6, extra=3)
 
 
