@@ -232,6 +232,16 @@ def test_warm_cache_has_no_storage_time_and_ranks_beyond_cores_wait():
     assert crowded["wait_s"] > 0 and crowded["dominant_mechanism"].startswith("ranks outnumber")
 
 
+def test_dms_cursor_walk_is_named_as_a_walk_where_it_dominates():
+    """DM locates by walking its cursor (handed around the ring): where that dominates (one
+    reader over the whole file), the row names the walk, not index arithmetic."""
+    plat = _bebop()
+    w = plat.workload("cifar10-large-alexnet")
+    row = predict_point(plat, w, "lmdbio-lmm-dm", 1, CAL)
+    assert row["dominant_io_phase"] == "locate", row["dominant_io_phase"]
+    assert row["dominant_mechanism"].startswith("(2) DM's cursor walk"), row["dominant_mechanism"]
+
+
 def test_predict_is_finite_and_positive_for_every_variant_up_to_9216():
     rows = predict(_bebop(), POWERS, ["all"], cal=CAL, budget=400)
     df = pd.DataFrame(rows)

@@ -114,6 +114,8 @@ def dominant_mechanism(row: dict, o, cpu_bound: bool) -> str:
     if ph == "locate":
         if o.locate == "walk":
             return "(2) cursor walk past earlier ranks' records (+ its page faults)"
+        if o.locate == "ring":
+            return "(2) DM's cursor walk from the cursor handed over (+ its page faults)"
         return "locating records (index/provenance arithmetic)"
     if ph == "read":
         if o.speculative:
