@@ -6,7 +6,7 @@ is taken as the template; every record is checked against it with a few
 vectorised byte comparisons, the labels are read in one pass, and the
 pixels are copied once, straight into the caller's array, or, when the
 records lie at one stride in the buffer, handed out as a read-only strided
-view of it (:func:`strided`). Records the template does not describe go
+view of it. Records the template does not describe go
 back to :mod:`lmdbio.datum`'s protobuf path, record by record.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["decode_uniform", "template", "fast_labels", "gather", "strided"]
+__all__ = ["decode_uniform", "template", "fast_labels", "gather"]
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -200,11 +200,9 @@ class _Layout:
         rows = np.ndarray((n, self.size), np.uint8, buf, o0, (stride, 1))
         if rows[:, :len(self.header)].tobytes() != heads:
             return None
-        tails = rows[:, self.tail_at:].tobytes()
-        if not tails[1::self.tail_len].isascii() or \
-                any(tails[j::self.tail_len] != want for j, want in columns):
+        labels = self._labels(rows[:, self.tail_at:].tobytes(), columns)
+        if labels is None:
             return None
-        labels = np.frombuffer(tails[1::self.tail_len], np.uint8).astype(np.int64)
         c, h, w = self.shape
         images = np.ndarray((n, c, h, w), np.uint8, buf, o0 + len(self.header),
                             (stride, h * w, w, 1))
@@ -219,6 +217,14 @@ class _Layout:
             _copy(_chw(out, True), images)
             return out, labels
         return images.copy(), labels
+
+    def _labels(self, tails: bytes, columns) -> np.ndarray | None:
+        """The one-byte labels of the records whose tails (``tail_len`` bytes each) are
+        ``tails``, or None when a label is 128 or more or another tail byte differs."""
+        label = tails[1::self.tail_len]
+        if not label.isascii() or any(tails[j::self.tail_len] != want for j, want in columns):
+            return None
+        return np.frombuffer(label, np.uint8).astype(np.int64)
 
     def decode(self, buf: np.ndarray, offsets: np.ndarray, sizes: bytes, out, hwc: bool,
                view: bool):
@@ -246,21 +252,16 @@ class _Layout:
             tail = records[offsets, self.tail_at:]
         except IndexError:
             return None
-        tails = tail.tobytes()
-        if not tails[1::self.tail_len].isascii() or \
-                any(tails[j::self.tail_len] != want for j, want in columns):
+        labels = self._labels(tail.tobytes(), columns)
+        if labels is None:
             return None
-        labels = tail[:, 1].astype(np.int64)
         if out is not None and not hwc and n * (self.tail_at - len(self.header)) <= _SMALL:
             # A small share (16 CIFAR records): one fancy index and one copy cost less than
             # finding the runs at one stride that copy it once.
             out[...] = records[offsets, len(self.header):self.tail_at].reshape(out.shape)
             return out, labels
         starts = offsets + len(self.header)
-        if out is None:
-            images = strided(buf, starts, self.shape) if view else None
-            if images is not None:
-                return (images.transpose(0, 2, 3, 1) if hwc else images), labels
+        if out is None:   # records at one stride were viewed above: here a copy
             if not hwc:  # one fancy index: the one copy, into a new array
                 return records[offsets, len(self.header):self.tail_at].reshape(n, *self.shape), \
                     labels
@@ -278,20 +279,6 @@ _SMALL = 64 << 10
 def _chw(out: np.ndarray, hwc: bool) -> np.ndarray:
     """The caller's array seen as ``(n, c, h, w)`` (a view when it is ``(n, h, w, c)``)."""
     return out.transpose(0, 3, 1, 2) if hwc else out
-
-
-def strided(buf: np.ndarray, starts: np.ndarray, shape) -> np.ndarray | None:
-    """The ``(n, c, h, w)`` images at ``starts`` as one read-only strided view of ``buf``, if
-    the records lie at one positive stride (a batch read in file order, no leaf page between
-    them); else None. The view lives as long as ``buf`` holds these records."""
-    n = len(starts)
-    c, h, w = shape
-    step = int(starts[1] - starts[0]) if n > 1 else c * h * w
-    if n == 0 or step <= 0 or (n > 2 and (np.diff(starts) != step).any()) or \
-            int(starts[0]) < 0 or int(starts[-1]) + c * h * w > len(buf):
-        return None
-    return np.lib.stride_tricks.as_strided(buf[int(starts[0]):], (n, c, h, w),
-                                           (step, h * w, w, 1), writeable=False)
 
 
 # Layouts of recent batches, the last used first: consecutive batches of one dataset share

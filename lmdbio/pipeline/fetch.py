@@ -16,6 +16,7 @@ import os
 import numpy as np
 
 from ..errors import LmdbioError
+from ..plan import plan_extents
 from .stage import Extents, Fetcher, Views
 
 __all__ = ["MmapCopy", "Preadv", "Scatter", "copy_values", "read_extents"]
@@ -84,6 +85,14 @@ _PREADV = _libc_preadv()
 _IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024)
 
 
+def _calls(heads: list[int], pieces: int, at) -> list[tuple[int, int, int]]:
+    """``(first piece, end piece, file offset)`` of each ``preadv``: one per extent (``heads``:
+    each extent's first piece), another every ``_IOV_MAX`` pieces; ``at``: each piece's file
+    offset."""
+    return [(c, min(b, c + _IOV_MAX), int(at[c]))
+            for a, b in zip(heads, [*heads[1:], pieces]) for c in range(a, b, _IOV_MAX)]
+
+
 class Scatter:
     """Where each byte of a batch's planned extents goes so that its records lie at one stride.
 
@@ -117,42 +126,27 @@ class Scatter:
     @classmethod
     def locate(cls, offsets: np.ndarray, sizes: np.ndarray, max_gap: int = 64 << 10
                ) -> Extents:
-        """The records' :class:`Extents` (as :func:`~lmdbio.plan.plan_extents` plans them) with
-        their scatter (``Extents.scatter``), in one pass over the sorted records. No scatter
-        (the extents are read as they lie) for records of several sizes, two different
-        records that overlap, or a stride over twice a record that would need more buffer
-        than the extents."""
+        """The records' :class:`Extents` (:func:`~lmdbio.plan.plan_extents`'s) with their
+        scatter (``Extents.scatter``): run by run for a chunk of a few runs
+        (:meth:`_by_runs`), else vectorised (:meth:`_strided`). No scatter (the extents are
+        read as they lie) for records of several sizes, two different records that overlap,
+        or a stride over twice a record that would need more buffer than the extents."""
         n = len(offsets)
-        if n == 0:
-            none = np.zeros(0, np.int64)
-            return Extents(none, none, none, sizes)
-        size = int(sizes[0])
-        if n > 1 and sizes.min() == sizes.max():
+        size = int(sizes[0]) if n else 0
+        uniform = n > 1 and sizes.min() == sizes.max()
+        if uniform:
             step = np.diff(offsets)
             ahead = step[step >= size]
-            stride = int(ahead.min()) if len(ahead) else 0
-            if size <= stride <= min(2 * size, size + max_gap):
+            stride = int(ahead.min()) if len(ahead) else size
+            if stride <= min(2 * size, size + max_gap):
                 got = cls._by_runs(offsets, sizes, step, stride, max_gap)
                 if got is not None:
                     return got
-        order = np.argsort(offsets, kind="stable")
-        s = offsets[order]
-        e = s + sizes[order]
-        reach = np.maximum.accumulate(e)
-        hole = np.empty(n, np.int64)
-        hole[0] = max_gap + 1
-        np.subtract(s[1:], reach[:-1], out=hole[1:])
-        new = hole > max_gap
-        first = np.flatnonzero(new)
-        start = s[first]
-        length = np.maximum.reduceat(e, first) - start
-        ext = np.cumsum(new) - 1
-        buf_off = np.empty(n, np.int64)
-        buf_off[order] = (np.cumsum(length) - length)[ext] + (s - start[ext])
+        start, length, buf_off = plan_extents(offsets, sizes, max_gap)
         located = Extents(start, length, buf_off, sizes)
-        if n > 1 and (sizes == size).all():
-            located.scatter = cls._strided(order, s, hole, new, size, offsets,
-                                           int(length.sum()))
+        if uniform:
+            located.scatter = cls._strided(offsets, size, stride, located.start,
+                                           int(located.length.sum()))
         return located
 
     @classmethod
@@ -176,7 +170,8 @@ class Scatter:
         self.nbytes, self.twins = stride * (n - 1) + size, []
         length: list[int] = []
         dest: list[int] = []
-        calls: list[list[int]] = []
+        at: list[int] = []          # each piece's file offset
+        heads_of_ext: list[int] = []   # each extent's first piece
         ext: list[list[int]] = []   # [file start, file end, buffer base]
         delta = [0] * len(heads)    # per run: its records' buffer offset - file offset
         end = -max_gap - 2
@@ -187,20 +182,20 @@ class Scatter:
             if hole > max_gap:   # a new extent: a new call
                 base = ext[-1][2] + ext[-1][1] - ext[-1][0] if ext else 0
                 ext.append([a, b, base])
-                calls.append([len(length), a])
+                heads_of_ext.append(len(length))
             else:
                 ext[-1][1] = b
                 length.append(hole)
                 dest.append(-1)
+                at.append(end)
             delta[r] = ext[-1][2] - ext[-1][0]
             length.append(b - a)
             dest.append(h * stride)
+            at.append(a)
             end = b
         self.length, self.dest = np.array(length, np.int64), np.array(dest, np.int64)
         self.gap = max((x for x, d in zip(length, dest) if d < 0), default=0)
-        stops = [c[0] for c in calls[1:]] + [len(length)]
-        self.calls = [(c, min(b, c + _IOV_MAX), off + sum(length[first:c]))
-                      for (first, off), b in zip(calls, stops) for c in range(first, b, _IOV_MAX)]
+        self.calls = _calls(heads_of_ext, len(length), at)
         located = Extents(np.array([e[0] for e in ext], np.int64),
                           np.array([e[1] - e[0] for e in ext], np.int64),
                           offsets + (np.repeat(delta, count) if len(heads) > 1 else delta[0]),
@@ -209,17 +204,19 @@ class Scatter:
         return located
 
     @classmethod
-    def _strided(cls, order, s, hole, new, size: int, offsets, most: int) -> Scatter | None:
-        step = np.diff(offsets)
-        step = step[step >= size]
-        stride = int(step.min()) if len(step) else size
-        n = len(s)
+    def _strided(cls, offsets, size: int, stride: int, start, most: int) -> Scatter | None:
+        """The scatter of records of one ``size`` in any order (a shuffled batch, a record
+        asked twice) into the extents starting at ``start``: vectorised, two pieces per run;
+        None for records far apart (another reader's between) or overlapping."""
+        n = len(offsets)
         if stride > 2 * size and stride * (n - 1) + size > most:
-            return None   # records far apart (another reader's between): as they lie
+            return None
+        order = np.argsort(offsets, kind="stable")
+        s = offsets[order]
         twin = np.zeros(n, bool)   # a record asked again (a stream wrapping in one chunk)
         np.equal(s[1:], s[:-1], out=twin[1:])
         one = ~twin
-        if hole[one].min() < 0:   # two different records overlap
+        if (np.diff(s[one]) < size).any():   # two different records overlap
             return None
         self = cls()
         self.offsets = np.arange(n, dtype=np.int64) * stride
@@ -229,7 +226,9 @@ class Scatter:
             src = order[np.maximum.accumulate(np.where(one, np.arange(n), 0))[twin]]
             self.twins = [(int(a) * stride, int(b) * stride, size)
                           for a, b in zip(src.tolist(), order[twin].tolist())]
-            order, s, new = order[one], s[one], new[one]
+            order, s = order[one], s[one]
+        new = np.zeros(len(s), bool)   # the first record of each extent
+        new[np.searchsorted(s, start)] = True
         # Runs: records next to each other in the file and in the batch, at the stride.
         cut = new.copy()
         cut[1:] |= (np.diff(s) != stride) | (np.diff(order) != 1)
@@ -246,16 +245,10 @@ class Scatter:
         keep = length > 0
         keep[1::2] = True
         self.length, self.dest, self.gap = length[keep], dest[keep], int(gap.max())
-        # An extent's first piece is its first run (nothing before it); a call more every
-        # _IOV_MAX pieces.
+        # An extent's first piece is its first run (nothing before it).
         piece = np.cumsum(keep) - 1
-        starts = piece[2 * np.flatnonzero(new[head]) + 1].tolist()
-        pos = at[keep]
-        calls = []
-        for a, b in zip(starts, [*starts[1:], len(self.length)]):
-            for c in range(a, b, _IOV_MAX):
-                calls.append((c, min(b, c + _IOV_MAX), int(pos[c])))
-        self.calls = calls
+        self.calls = _calls(piece[2 * np.flatnonzero(new[head]) + 1].tolist(), len(self.length),
+                            at[keep])
         return self
 
     def read(self, fd: int, buf: np.ndarray, scratch: np.ndarray, path: str) -> int:
