@@ -253,11 +253,8 @@ class Pipeline:
         t = chunk * schedule.k
         alloc = lambda nbytes: self.distributor.reserve(seq, nbytes, t)
         todo = self.window.locate(chunk, self.locator, schedule, alloc, rec)
-        if isinstance(self.stagger, NoStagger):   # no turn to take: no context to enter
+        with self.stagger.turn(rec, t):
             fetched = self._fetch(todo, t, rec)
-        else:
-            with self.stagger.turn(rec, t):
-                fetched = self._fetch(todo, t, rec)
         offsets, sizes = self.window.serve(chunk, fetched, alloc, rec)
         self.distributor.publish(seq, offsets, sizes, rec, t)
 
@@ -265,11 +262,6 @@ class Pipeline:
         """Fetch each ``(located, into)`` pair in one ``read`` phase, whose row sums their
         counters; returns each pair's ``(offsets, sizes)``."""
         with rec.phase("read", t, chain=True) as row:
-            if len(todo) == 1:   # the common case: the one fetch counts into the row itself
-                located, into = todo[0]
-                got = self.fetcher.fetch(located, into, row)
-                self.locator.fetched(located, row)
-                return [got]
             fetched = []
             for located, into in todo:
                 part: dict = {}
