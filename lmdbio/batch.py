@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import datum, images
+from . import datum, images, rawdatum
 from .errors import ConfigurationError, ImageError
 from .workers import each
 
-__all__ = ["Batch", "RESAMPLE", "key_at"]
+__all__ = ["Batch", "ChunkRecords", "RESAMPLE", "key_at"]
 
 #: ``resample`` names of :meth:`Batch.as_datum_array` with ``size``: Pillow's filters.
 RESAMPLE = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
@@ -26,15 +26,19 @@ class Batch:
     a record's key from it (:meth:`key_of`).
     """
 
-    __slots__ = ("buffer", "offsets", "sizes", "indices", "source")
+    __slots__ = ("buffer", "offsets", "sizes", "indices", "source", "chunk", "row")
 
     def __init__(self, buffer: np.ndarray, offsets: np.ndarray, sizes: np.ndarray,
-                 indices: np.ndarray, source=None):
+                 indices: np.ndarray, source=None, chunk: ChunkRecords | None = None,
+                 row: int = 0):
         self.buffer = buffer
         self.offsets = offsets
         self.sizes = sizes
         self.indices = indices
         self.source = source
+        # The hand-off this batch's records are rows row.. of (a Reader's batches), or None.
+        self.chunk = chunk
+        self.row = row
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -83,6 +87,14 @@ class Batch:
         naming the record's dataset index and key, before anything is allocated for it.
         """
         if size is None:
+            if out is None and self.chunk is not None and len(self.offsets):
+                # A Reader's batch: its chunk's records decoded once for all of its batches.
+                hwc = datum._hwc(layout)
+                datum._check_args(len(self.offsets), self.sizes, threads, None, hwc)
+                got = self.chunk.uniform(max_pixels)
+                if got is not None:
+                    rows = slice(self.row, self.row + len(self.offsets))
+                    return rawdatum.deliver(got[0][rows], None, hwc, not copy), got[1][rows].copy()
             return datum.decode_records(self.buffer, self.offsets, self.sizes, out=out,
                                         threads=threads, layout=layout, copy=copy,
                                         max_pixels=max_pixels, indices=self.indices,
@@ -104,6 +116,39 @@ class Batch:
         Bad images raise as in :meth:`as_datum_array`.
         """
         return _decode_each(self, threads, None, None, None, datum._hwc(layout), max_pixels)
+
+
+class ChunkRecords:
+    """The records of one hand-off (a reader's chunk, or a window's share of it) that a rank's
+    batches view: ``buffer`` with every record's ``offsets`` and ``sizes``, batch after batch.
+
+    :meth:`uniform` decodes them once, for every batch of the chunk: a batch's
+    ``as_datum_array()`` is then two slices of it, not a check of its own records. It
+    lives as its batches' views do (the buffer is refilled only after the rank's second
+    following ``read_batch()``).
+    """
+
+    __slots__ = ("buffer", "offsets", "sizes", "_uniform")
+
+    def __init__(self, buffer: np.ndarray, offsets: np.ndarray, sizes: np.ndarray):
+        self.buffer, self.offsets, self.sizes = buffer, offsets, sizes
+        self._uniform: dict = {}
+
+    def uniform(self, max_pixels: int | None):
+        """``(images, labels)`` of every record, ``(n, c, h, w)`` (a read-only view of the
+        buffer when they lie at one stride), when all are raw Datums of one layout of at
+        most ``max_pixels`` pixels, else None (see :func:`lmdbio.rawdatum.decode_uniform`)."""
+        try:
+            return self._uniform[max_pixels]
+        except KeyError:
+            pass
+        got = None
+        if len(self.offsets):
+            got = rawdatum.decode_uniform(datum._bytes(self.buffer), datum._int64s(self.offsets),
+                                          datum._int64s(self.sizes), None, None, view=True,
+                                          max_pixels=max_pixels)
+        self._uniform[max_pixels] = got
+        return got
 
 
 def key_at(path, index: int) -> bytes | None:

@@ -391,12 +391,16 @@ def decode_many(values, shape: tuple[int, int, int] | None = None,
     uint8 array plus int64 labels.
 
     Args:
-        values: a Batch (anything with ``buffer``, ``offsets`` and ``sizes``),
-            decoded in place, or serialized Datums (bytes-like), joined first.
+        values: a Batch (decoded by its :meth:`~lmdbio.batch.Batch.as_datum_array`; anything
+            else with ``buffer``, ``offsets`` and ``sizes`` in place), or serialized Datums
+            (bytes-like), joined first.
         shape, out, threads, layout, copy, max_pixels: see :func:`decode_records`.
     Returns:
         ``(images, labels)``; see :func:`decode_records`.
     """
+    if shape is None and hasattr(values, "as_datum_array"):   # a Batch: its own decoder
+        return values.as_datum_array(out, threads, layout=layout, copy=copy,
+                                     max_pixels=max_pixels)
     kw: dict[str, Any] = dict(shape=shape, out=out, threads=threads, layout=layout, copy=copy,
                               max_pixels=max_pixels)
     if all(hasattr(values, a) for a in ("buffer", "offsets", "sizes")):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["decode_uniform", "template", "fast_labels", "gather"]
+__all__ = ["decode_uniform", "deliver", "template", "fast_labels", "gather"]
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -206,17 +206,7 @@ class _Layout:
         c, h, w = self.shape
         images = np.ndarray((n, c, h, w), np.uint8, buf, o0 + len(self.header),
                             (stride, h * w, w, 1))
-        if out is not None:
-            _copy(_chw(out, hwc), images)
-            return out, labels
-        if view:
-            images.flags.writeable = False
-            return (images.transpose(0, 2, 3, 1) if hwc else images), labels
-        if hwc:
-            out = np.empty((n, h, w, c), np.uint8)
-            _copy(_chw(out, True), images)
-            return out, labels
-        return images.copy(), labels
+        return deliver(images, out, hwc, view), labels
 
     def _labels(self, tails: bytes, columns) -> np.ndarray | None:
         """The one-byte labels of the records whose tails (``tail_len`` bytes each) are
@@ -274,6 +264,23 @@ class _Layout:
 # Pixel bytes up to which a batch filled into the caller's array is copied twice (a fancy
 # index, then into it) rather than searched for runs at one stride: 16 CIFAR images.
 _SMALL = 64 << 10
+
+
+def deliver(images: np.ndarray, out: np.ndarray | None, hwc: bool, view: bool) -> np.ndarray:
+    """``images``, ``(n, c, h, w)`` in a buffer, as the caller asked: copied into ``out`` (in
+    its layout), else a read-only view when ``view``, else a new array in the layout."""
+    if out is not None:
+        _copy(_chw(out, hwc), images)
+        return out
+    if view:   # ``images`` is a view of its own, made for this call
+        images.flags.writeable = False
+        return images.transpose(0, 2, 3, 1) if hwc else images
+    if hwc:
+        n, c, h, w = images.shape
+        out = np.empty((n, h, w, c), np.uint8)
+        _copy(_chw(out, True), images)
+        return out
+    return images.copy()
 
 
 def _chw(out: np.ndarray, hwc: bool) -> np.ndarray:

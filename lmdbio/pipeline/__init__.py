@@ -213,7 +213,8 @@ class Pipeline:
         b = self.distributor.batch(self._seq, it, self._indices[it])
         if it == self._short[0]:   # a short last batch: this rank's share is the front of its block
             keep = self._short[1]
-            b = Batch(b.buffer, b.offsets[:keep], b.sizes[:keep], b.indices[:keep])
+            b = Batch(b.buffer, b.offsets[:keep], b.sizes[:keep], b.indices[:keep],
+                      chunk=b.chunk, row=b.row)
         return b
 
     def _advance(self, t: int, chunk: int, schedule, rows: EpochRows | None, rec) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..batch import Batch
+from ..batch import Batch, ChunkRecords
 from .stage import Abilities, Distributor
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ class Private(Distributor):
         self.nslots = self.SLOTS
         self._slots: list[np.ndarray] = []
         self._buf: np.ndarray | None = None   # the chunk's buffer, from reserve()
+        self._records: ChunkRecords   # what publish() made of it
 
     def setup(self, stream, capacity: int) -> None:
         from ..shm import prefault
@@ -62,12 +63,14 @@ class Private(Distributor):
         return buf
 
     def publish(self, chunk: int, offsets: np.ndarray, sizes: np.ndarray, rec, t: int) -> None:
+        assert self._buf is not None, "reserve() gives the chunk its buffer"
+        self._records = ChunkRecords(self._buf, offsets, sizes)
         self._offs = offsets.reshape(self.k, self.count)
         self._sizes = sizes.reshape(self.k, self.count)
 
     def batch(self, chunk: int, it: int, indices: np.ndarray) -> Batch:
-        assert self._buf is not None, "reserve() gives the chunk its buffer"
-        return Batch(self._buf, self._offs[it], self._sizes[it], indices)
+        return Batch(self._records.buffer, self._offs[it], self._sizes[it], indices,
+                     chunk=self._records, row=it * self.count)
 
     def close(self, limit: float, agree: bool) -> None:
         self._slots = []
@@ -96,6 +99,7 @@ class NodeGroup(Distributor):
         self.member_lo = topology.group_comm.rank * per_rank
         self.per_rank = per_rank
         self.gb: GroupBuffer | None = None   # the group's shared slots, from setup() to close()
+        self._records: tuple = (-1, None)     # (hand-off, its records) the batches view
 
     def setup(self, stream, capacity: int) -> None:
         from ..shm import GroupBuffer
@@ -124,11 +128,14 @@ class NodeGroup(Distributor):
             self.slots().receive(chunk, t)
 
     def batch(self, chunk: int, it: int, indices: np.ndarray) -> Batch:
-        data, offs, sizes = self.slots().current(chunk)
+        if self._records[0] != chunk:
+            # Copies: the header slot is rewritten when the slot comes round again.
+            data, offs, sizes = self.slots().current(chunk)
+            self._records = (chunk, ChunkRecords(data, offs.copy(), sizes.copy()))
+        records = self._records[1]
         lo = it * self.count + self.member_lo
-        # Copies: the header slot is rewritten when the slot comes round again.
-        return Batch(data, offs[lo:lo + self.per_rank].copy(), sizes[lo:lo + self.per_rank].copy(),
-                     indices)
+        return Batch(records.buffer, records.offsets[lo:lo + self.per_rank],
+                     records.sizes[lo:lo + self.per_rank], indices, chunk=records, row=lo)
 
     def abandon(self) -> None:
         if self.gb is not None:

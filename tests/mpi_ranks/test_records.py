@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import lmdbio
-from conftest import Checker, ranks_per_node, sizes
+from conftest import Checker, ranks_per_node, sizes, stored_values
+from lmdbio import datum
 
 pytestmark = pytest.mark.mpi
 
@@ -63,3 +64,26 @@ def test_imagenet_records_and_small_coalescing(comm, datasets, nprocs, variant, 
     """196 KB records, coalescing across the wrap-around, stagger groups of 1."""
     check_stream(comm, datasets["imagenet"], variant, topology, per_rank=2, extra=9,
                  coalesce_bytes=1 << 20, stagger_size=1)
+
+
+@pytest.mark.parametrize("variant", ["lmdb", "lmdbio-lmm", "lmdbio-direct",
+                                     "lmdbio-lmm-dio-prov-coal-stag"])
+@sizes(fast=(2,))
+def test_each_batch_decodes_to_its_own_records(comm, datasets, nprocs, variant):
+    """``as_datum_array()`` decodes a batch's chunk once, for all of its batches, and slices it:
+    every batch's images and labels (a view or a copy, CHW or HWC) are its own records', past
+    the wrap-around, for private buffers and for a node group of 2 ranks (rows apart)."""
+    values = stored_values(datasets["cifar10"])
+    B = 6 * comm.size
+    wrong = []
+    with lmdbio.Reader(datasets["cifar10"], B, comm, variant=variant, ranks_per_node=2) as r:
+        for t in range(-(-len(values) // B) + 3):
+            b = r.read_batch()
+            parsed = [datum.decode(values[i]) for i in b.indices.tolist()]
+            want = np.stack([datum.decode_image(d) for d in parsed])
+            images, labels = b.as_datum_array(copy=t % 2 == 0)
+            hwc, _ = b.as_datum_array(copy=t % 2 == 1, layout="HWC")
+            if not (np.array_equal(images, want) and np.array_equal(hwc, want.transpose(0, 2, 3, 1))
+                    and labels.tolist() == [d.label for d in parsed]):
+                wrong.append(t)
+    assert not wrong, f"rank {comm.rank}: batches {wrong[:5]} decode to other records"
