@@ -9,6 +9,7 @@ and :mod:`lmdbio.lab.meta`. Their old spellings here still work and warn.
 from __future__ import annotations
 
 import resource
+import threading
 import time
 
 from .deprecation import moved
@@ -111,18 +112,19 @@ class _Phase:
         self.row: dict = {}
 
     def __enter__(self) -> dict:
-        if self.chain and self.rec._last is not None:
-            self.t0, self.r0 = self.rec._last
+        last = self.rec._last
+        if self.chain and last is not None and last[0] == _thread():
+            _, self.t0, self.r0 = last
         else:
-            self.r0 = _getrusage(_RUSAGE_SELF)
+            self.r0 = _getrusage(_RUSAGE)
             self.t0 = _monotonic()
         return self.row
 
     def __exit__(self, *exc) -> None:
         t1 = _monotonic()
-        r1 = _getrusage(_RUSAGE_SELF)
+        r1 = _getrusage(_RUSAGE)
         self.rec._raw.append((self.name, self.batch, self.t0, t1, self.r0, r1, self.row))
-        self.rec._last = (t1, r1)
+        self.rec._last = (_thread(), t1, r1)
 
 
 class _NoPhase:
@@ -141,7 +143,11 @@ class _NoPhase:
 _NO_PHASE = _NoPhase()
 
 
-_getrusage, _RUSAGE_SELF, _monotonic = resource.getrusage, resource.RUSAGE_SELF, time.monotonic
+# A phase's counters are its own thread's (Linux's RUSAGE_THREAD): not those of MPI's progress
+# thread or of a reader running ahead in another thread, and a process-wide getrusage sums over
+# every thread (on a crowded machine it waits for the other threads' CPUs).
+_RUSAGE = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+_getrusage, _monotonic, _thread = resource.getrusage, time.monotonic, threading.get_ident
 
 
 class PhaseRecorder:
@@ -151,10 +157,10 @@ class PhaseRecorder:
     Sleep time is ``wall - user - system``, as in the reference code. Rows
     carry monotonic start/end stamps so timelines across ranks can be drawn
     (CLOCK_MONOTONIC is system-wide on one node). Timing a phase costs two
-    getrusage and two clock reads (about 3 us here); rows are built only
-    when asked for. ``chain=True`` starts a phase where the previous one
-    ended (one snapshot instead of two) for phases that follow each other
-    with nothing worth timing between them.
+    getrusage of the calling thread and two clock reads; rows are built only
+    when asked for. ``chain=True`` starts a phase where the previous one of
+    the same thread ended (one snapshot instead of two) for phases that
+    follow each other with nothing worth timing between them.
     """
 
     def __init__(self, rank: int = 0, enabled: bool = True):
@@ -162,7 +168,7 @@ class PhaseRecorder:
         self.enabled = enabled
         self._raw: list[tuple] = []
         self._rows: list[dict] = []
-        self._last: tuple[float, resource.struct_rusage] | None = None
+        self._last: tuple[int, float, resource.struct_rusage] | None = None
 
     def phase(self, name: str, batch: int, chain: bool = False):
         """Context manager timing one phase; yields a dict for extra counters."""
