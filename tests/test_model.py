@@ -896,3 +896,18 @@ def test_the_measured_read_overlap_hides_its_share_on_the_local_disk_only():
     pfs = disk.with_(storage="gpfs-2017")
     assert (predict_point(pfs, w, "lmdbio-lmm-dio-prov", 1, none)["per_iteration_s"]
             == predict_point(pfs, w, "lmdbio-lmm-dio-prov", 1, CAL)["per_iteration_s"])
+
+
+def test_every_committed_model_series_is_of_this_model_version():
+    """The notebooks' model panels and the claims read predictions the model of this version
+    wrote: a series left from an earlier edition (another compute rate, other switches) would
+    be drawn beside claims judged on the current one."""
+    from pathlib import Path
+
+    from lmdbio.lab.model.output import MODEL_VERSION
+
+    root = Path(__file__).resolve().parents[1] / "data" / "results"
+    metas = [*sorted(root.glob("*/model/meta.json")), root / "model_prediction" / "meta.json"]
+    stale = [str(m.relative_to(root)) for m in metas
+             if (json.loads(m.read_text()).get("model") or {}).get("version") != MODEL_VERSION]
+    assert len(metas) >= 10 and not stale, f"written by another model version: {stale}"
