@@ -337,7 +337,7 @@ def test_preadv_lays_records_at_one_stride_in_batch_order(db, expected, index, g
     assert bytes(alloc.buf[scatter.nbytes:]) == b"\xee" * 16   # nothing past the records
     assert row["bytes"] == int(length.sum()) == int(scatter.length.sum())   # each byte once
     assert row["calls"] == len(scatter.calls) >= len(start)   # no short reads here
-    assert all(b - a <= iov_max for a, b, _ in scatter.calls)
+    assert all(b - a <= iov_max for a, b, _, _ in scatter.calls)
     if order in ("file", "wrapped") and gap:   # a run per stretch between leaf pages
         assert len(scatter.length) < 10
         o = index.offsets[pos].astype(np.int64)   # planned run by run, not record by record

@@ -85,12 +85,15 @@ _PREADV = _libc_preadv()
 _IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024)
 
 
-def _calls(heads: list[int], pieces: int, at) -> list[tuple[int, int, int]]:
-    """``(first piece, end piece, file offset)`` of each ``preadv``: one per extent (``heads``:
-    each extent's first piece), another every ``_IOV_MAX`` pieces; ``at``: each piece's file
-    offset."""
-    return [(c, min(b, c + _IOV_MAX), int(at[c]))
-            for a, b in zip(heads, [*heads[1:], pieces]) for c in range(a, b, _IOV_MAX)]
+def _calls(heads: list[int], length: np.ndarray, at) -> list[tuple[int, int, int, int]]:
+    """``(first piece, end piece, file offset, bytes)`` of each ``preadv``: one per extent
+    (``heads``: each extent's first piece), another every ``_IOV_MAX`` pieces; ``length``,
+    ``at``: each piece's bytes and file offset. Plain ints, so that reading a chunk does
+    no numpy scalar arithmetic per call."""
+    ends = [0, *np.cumsum(length).tolist()]
+    starts = [c for a, b in zip(heads, [*heads[1:], len(length)]) for c in range(a, b, _IOV_MAX)]
+    stops = [*starts[1:], len(length)]
+    return [(c, e, int(at[c]), ends[e] - ends[c]) for c, e in zip(starts, stops)]
 
 
 class Scatter:
@@ -108,7 +111,7 @@ class Scatter:
     between go to one scratch area of ``gap`` bytes. A batch read in file
     order is then a few pieces, and its Datum images one strided view.
     ``length``, ``dest``: each piece's bytes and place (-1: the scratch), in
-    file order; ``calls``: ``(first piece, end piece, file offset)``, one
+    file order; ``calls``: ``(first piece, end piece, file offset, bytes)``, one
     ``preadv`` each, within one extent and at most ``_IOV_MAX`` pieces;
     ``twins``: ``(from, to, size)`` of a record asked twice, copied from its
     first place after the reads; ``nbytes``: the buffer it needs.
@@ -118,7 +121,7 @@ class Scatter:
     offsets: np.ndarray
     length: np.ndarray
     dest: np.ndarray
-    calls: list[tuple[int, int, int]]
+    calls: list[tuple[int, int, int, int]]
     gap: int
     twins: list[tuple[int, int, int]]
     nbytes: int
@@ -195,7 +198,7 @@ class Scatter:
             end = b
         self.length, self.dest = np.array(length, np.int64), np.array(dest, np.int64)
         self.gap = max((x for x, d in zip(length, dest) if d < 0), default=0)
-        self.calls = _calls(heads_of_ext, len(length), at)
+        self.calls = _calls(heads_of_ext, length, at)
         located = Extents(np.array([e[0] for e in ext], np.int64),
                           np.array([e[1] - e[0] for e in ext], np.int64),
                           offsets + (np.repeat(delta, count) if len(heads) > 1 else delta[0]),
@@ -247,7 +250,7 @@ class Scatter:
         self.length, self.dest, self.gap = length[keep], dest[keep], int(gap.max())
         # An extent's first piece is its first run (nothing before it).
         piece = np.cumsum(keep) - 1
-        self.calls = _calls(piece[2 * np.flatnonzero(new[head]) + 1].tolist(), len(self.length),
+        self.calls = _calls(piece[2 * np.flatnonzero(new[head]) + 1].tolist(), self.length,
                             at[keep])
         return self
 
@@ -263,10 +266,9 @@ class Scatter:
         iov = np.empty((len(self.length), 2), np.uint64)
         iov[:, 0] = np.where(self.dest < 0, scratch.ctypes.data, buf.ctypes.data + self.dest)
         iov[:, 1] = self.length
-        ptr, ends = iov.ctypes.data, np.cumsum(self.length)
+        ptr = iov.ctypes.data
         calls = 0
-        for a, b, off in self.calls:
-            want = int(ends[b - 1]) - int(ends[a] - self.length[a])
+        for a, b, off, want in self.calls:
             got = _PREADV(fd, ptr + 16 * a, b - a, off)
             calls += 1
             if got != want:
