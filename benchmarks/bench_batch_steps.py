@@ -17,10 +17,13 @@ from a fresh source, on a warm page cache (rank 0 reads the file once first). St
   (the other calls); ``decode`` (``as_datum_array()``) and ``decode view``
   (``as_datum_array(copy=False)``), timed after each ``read_batch()``, outside it;
   ``total unmeasured``: the same reads on a Reader built with ``measure=False``, back to
-  back as raw's (no decode between), the total to hold against raw's.
+  back as raw's (no decode between), the total to hold against raw's; ``total cpu`` and
+  ``total unmeasured cpu``: the calling thread's CPU in the same loops (a rank's cost to
+  its core: with 16 ranks on 2 cores the wall times hold the other ranks' turns too).
 - ``raw`` (the limit, :class:`lmdbio.lab.bench.limit.RawReader`): ``fetch`` (its
-  ``preadv`` calls, a coalesced chunk's read spread over its batches) and ``python
-  overhead`` (the rest of its ``read_batch()``); no locating, hand-off or Batch.
+  ``preadv`` calls, a coalesced chunk's read spread over its batches), ``python
+  overhead`` (the rest of its ``read_batch()``) and ``total cpu``; no locating, hand-off
+  or Batch (its extents are planned before the timed loop).
 
 Each value is the mean over the timed batches of a rank, then the mean over ranks; the
 printed table gives the median over repeats, [min-max]. The CSV has one row per (variant,
@@ -44,10 +47,11 @@ GROUPS = {"locate": "plan/locate", "speculate": "plan/locate", "read": "fetch",
           "gather": "fetch", "distribute": "hand-off", "wait": "hand-off",
           "ring_wait": "hand-off", "stagger_wait": "hand-off"}
 ORDER = ["plan/locate", "fetch", "hand-off", "batch object", "python overhead", "total",
-         "python per chunk", "python per batch", "total unmeasured", "decode", "decode view"]
+         "python per chunk", "python per batch", "total unmeasured", "decode", "decode view",
+         "total cpu", "total unmeasured cpu"]
 #: Steps that are not a part of ``total``'s sum.
 APART = ("total", "python per chunk", "python per batch", "total unmeasured", "decode",
-         "decode view")
+         "decode view", "total cpu", "total unmeasured cpu")
 
 
 def warm(comm, path) -> None:
@@ -70,9 +74,10 @@ def time_reader(comm, db, variant, batch, iters, warmup) -> dict:
         fills = 0   # calls that located and fetched a chunk (batch t = warmup + i)
         comm.Barrier()
         for i in range(iters):
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             b = r.read_batch()
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.thread_time()
+            steps["total cpu"] += c1 - c0
             b.as_datum_array()
             t2 = time.perf_counter()
             b.as_datum_array(copy=False)
@@ -99,20 +104,22 @@ def time_reader(comm, db, variant, batch, iters, warmup) -> dict:
     # Every phase runs in the calls that fill a chunk; the other calls are Python only.
     steps["python per batch"] = steps["total"] - steps["python per chunk"] - (iters - fills) * one
     steps["python per chunk"] = steps["python overhead"] - steps["python per batch"]
-    steps["total unmeasured"] = time_unmeasured(comm, db, variant, batch, iters, warmup)
+    steps["total unmeasured"], steps["total unmeasured cpu"] = time_unmeasured(
+        comm, db, variant, batch, iters, warmup)
     return {k: v / iters * 1e6 for k, v in steps.items()}
 
 
-def time_unmeasured(comm, db, variant, batch, iters, warmup) -> float:
-    """Seconds of ``iters`` back-to-back ``read_batch()`` calls with ``measure=False``."""
+def time_unmeasured(comm, db, variant, batch, iters, warmup) -> tuple[float, float]:
+    """Seconds and this thread's CPU seconds of ``iters`` back-to-back ``read_batch()`` calls
+    with ``measure=False``."""
     with lmdbio.Reader(db, batch, comm, variant=variant, measure=False) as r:
         for _ in range(warmup):
             r.read_batch()
         comm.Barrier()
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         for _ in range(iters):
             r.read_batch()
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.thread_time() - c0
 
 
 def time_raw(comm, path, batch, iters, warmup) -> dict:
@@ -128,14 +135,14 @@ def time_raw(comm, path, batch, iters, warmup) -> dict:
         for _ in range(first):
             r.read_batch()
         comm.Barrier()
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         for _ in range(iters):
             r.read_batch()
-        total = time.perf_counter() - t0
+        total, cpu = time.perf_counter() - t0, time.thread_time() - c0
         fetch = sum(row["wall_s"] for row in r.stats()
                     if row["phase"] == "read" and first <= row["batch"] < first + iters)
     return {"fetch": fetch / iters * 1e6, "python overhead": (total - fetch) / iters * 1e6,
-            "total": total / iters * 1e6}
+            "total": total / iters * 1e6, "total cpu": cpu / iters * 1e6}
 
 
 def main() -> None:
@@ -181,17 +188,24 @@ def report(rows: list[dict], a, nprocs: int) -> None:
         for s in steps:
             if (v, s) in per_rep.index.droplevel(2):
                 xs = per_rep.loc[(v, s)].tolist()
-                print(f"  {v:6s} {s:16s} {statistics.median(xs):9.1f} "
+                print(f"  {v:6s} {s:20s} {statistics.median(xs):9.1f} "
                       f"[{min(xs):.1f}-{max(xs):.1f}]")
     totals = {v: statistics.median(per_rep.loc[(v, "total")].tolist())
               for v in dict.fromkeys(df["variant"]) if (v, "total") in per_rep.index.droplevel(2)}
     bare = {v: statistics.median(per_rep.loc[(v, "total unmeasured")].tolist())
             for v in totals if (v, "total unmeasured") in per_rep.index.droplevel(2)}
+    have = set(per_rep.index.droplevel(2))
+    # CPU per rank-batch: what a rank costs its core however many ranks share one.
+    cpu = {v: statistics.median(per_rep.loc[(v, s)].tolist()) for v in totals
+           for s in ["total cpu" if v == "raw" else "total unmeasured cpu"] if (v, s) in have}
     if "raw" in totals:
         for v, t in totals.items():
             if v != "raw":
                 print(f"  {v} / raw (read_batch time): {totals['raw'] / t:.2f}"
                       + (f"; measure=False: {totals['raw'] / bare[v]:.2f}" if v in bare else ""))
+                if "raw" in cpu and v in cpu:
+                    print(f"  {v} / raw (read_batch CPU per rank-batch, measure=False): "
+                          f"{cpu['raw'] / cpu[v]:.2f}")
 
 
 if __name__ == "__main__":
