@@ -86,6 +86,17 @@ def test_checker_reports_a_wrong_number_a_wrong_word_and_an_unbacked_number(tmp_
     assert len(problems) == 4, problems
 
 
+def test_a_phrase_fact_is_checked_word_for_word(tmp_path, facts07, monkeypatch):
+    """A fact of several words ("not every") agrees only with the same words before its marker;
+    its last word alone ("every target fails") states the opposite."""
+    monkeypatch.setattr(facts07, "FACTS", {"which": lambda root: "not every"})
+    right = _notebook(tmp_path, "07_coal.ipynb", "On local disk, not every<!-- =which --> target fails.")
+    assert prose.check_notebook(right) == []
+    wrong = _notebook(tmp_path, "07_coal.ipynb", "On local disk, every<!-- =which --> target fails.")
+    (problem,) = prose.check_notebook(wrong)
+    assert "states 'disk every', the results give not every" in problem.detail, problem.detail
+
+
 def test_checker_reports_a_fact_whose_results_are_missing(tmp_path, facts07, monkeypatch):
     monkeypatch.setattr(facts07, "FACTS", {"ratio": lambda root: prose.csv(root, "07_coal/absent.csv")})
     path = _notebook(tmp_path, "07_coal.ipynb", "COAL is 5.3x<!-- =ratio --> faster.")

@@ -187,6 +187,11 @@ def _marker_problems(nb: str, i: int, text: str, values, modname: str) -> list[P
             out.append(Problem(nb, i, context, f"no fact named {name!r} in {modname}.FACTS"))
             continue
         value = values[name]
+        if isinstance(value, str) and " " in value.strip():
+            # A phrase ("not every"): the text's as many last words, so "every" alone disagrees.
+            words = value.split()
+            stated = " ".join(w.strip(_TOKEN_STRIP_HEAD + _TOKEN_STRIP_TAIL)
+                              for w in text[:m.start()].split()[-len(words):])
         if isinstance(value, Exception):
             out.append(Problem(nb, i, context, f"fact {name!r} could not be computed: {type(value).__name__}: {value}"))
         elif not agrees(stated, value):
