@@ -23,7 +23,10 @@ class Batch:
     memory a batch still views: the Reader's last batches stay readable
     after it (their memory is freed by a later close of the same ranks).
     ``source``: the LMDB the records come from, or None; decode errors name
-    a record's key from it (:meth:`key_of`).
+    a record's key from it (:meth:`key_of`). ``chunk`` and ``row``: a Reader's
+    batch knows the hand-off its records came in (:class:`ChunkRecords`) and
+    the row of its first record there, so that :meth:`as_datum_array` decodes
+    a chunk once for all of its batches; None and 0 for any other batch.
     """
 
     __slots__ = ("buffer", "offsets", "sizes", "indices", "source", "chunk", "row")
@@ -36,7 +39,6 @@ class Batch:
         self.sizes = sizes
         self.indices = indices
         self.source = source
-        # The hand-off this batch's records are rows row.. of (a Reader's batches), or None.
         self.chunk = chunk
         self.row = row
 
