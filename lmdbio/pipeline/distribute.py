@@ -39,7 +39,7 @@ class Private(Distributor):
         self.nslots = self.SLOTS
         self._slots: list[np.ndarray] = []
         self._buf: np.ndarray | None = None   # the chunk's buffer, from reserve()
-        self._records: ChunkRecords   # what publish() made of it
+        self._records: ChunkRecords | None = None   # what publish() made of it
 
     def setup(self, stream, capacity: int) -> None:
         from ..shm import prefault
@@ -69,11 +69,14 @@ class Private(Distributor):
         self._sizes = sizes.reshape(self.k, self.count)
 
     def batch(self, chunk: int, it: int, indices: np.ndarray) -> Batch:
-        return Batch(self._records.buffer, self._offs[it], self._sizes[it], indices,
-                     chunk=self._records, row=it * self.count)
+        records = self._records
+        assert records is not None, "publish() hands the chunk's records over"
+        return Batch(records.buffer, self._offs[it], self._sizes[it], indices, chunk=records,
+                     row=it * self.count)
 
     def close(self, limit: float, agree: bool) -> None:
         self._slots = []
+        self._buf = self._records = None
 
 
 class PrivateSlots(Private):
@@ -142,6 +145,7 @@ class NodeGroup(Distributor):
             self.gb.abandon()
 
     def close(self, limit: float, agree: bool) -> None:
+        self._records = (-1, None)   # only the batches themselves may keep a slot mapped
         gb, self.gb = self.gb, None
         if gb is not None:
             gb.close(limit, agree=agree)
