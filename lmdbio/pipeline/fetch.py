@@ -198,7 +198,7 @@ class Scatter:
             end = b
         self.length, self.dest = np.array(length, np.int64), np.array(dest, np.int64)
         self.gap = max((x for x, d in zip(length, dest) if d < 0), default=0)
-        self.calls = _calls(heads_of_ext, length, at)
+        self.calls = _calls(heads_of_ext, self.length, at)
         located = Extents(np.array([e[0] for e in ext], np.int64),
                           np.array([e[1] - e[0] for e in ext], np.int64),
                           offsets + (np.repeat(delta, count) if len(heads) > 1 else delta[0]),
