@@ -109,17 +109,23 @@ def time_reader(comm, db, variant, batch, iters, warmup) -> dict:
     return {k: v / iters * 1e6 for k, v in steps.items()}
 
 
+def back_to_back(comm, read, warmup: int, iters: int) -> tuple[float, float]:
+    """``warmup`` untimed calls of ``read``, then the seconds and this thread's CPU seconds of
+    ``iters`` back-to-back calls, started together on every rank."""
+    for _ in range(warmup):
+        read()
+    comm.Barrier()
+    c0, t0 = time.thread_time(), time.perf_counter()
+    for _ in range(iters):
+        read()
+    return time.perf_counter() - t0, time.thread_time() - c0
+
+
 def time_unmeasured(comm, db, variant, batch, iters, warmup) -> tuple[float, float]:
     """Seconds and this thread's CPU seconds of ``iters`` back-to-back ``read_batch()`` calls
     with ``measure=False``."""
     with lmdbio.Reader(db, batch, comm, variant=variant, measure=False) as r:
-        for _ in range(warmup):
-            r.read_batch()
-        comm.Barrier()
-        c0, t0 = time.thread_time(), time.perf_counter()
-        for _ in range(iters):
-            r.read_batch()
-        return time.perf_counter() - t0, time.thread_time() - c0
+        return back_to_back(comm, r.read_batch, warmup, iters)
 
 
 def time_raw(comm, path, batch, iters, warmup) -> dict:
@@ -132,13 +138,7 @@ def time_raw(comm, path, batch, iters, warmup) -> dict:
     sizes = comm.bcast(ix.sizes if ix is not None else None, root=0)
     with RawReader(comm, path, batch, offsets, sizes, iters, warmup=warmup) as r:
         first = -(-warmup // r.coalesce) * r.coalesce  # timing starts on a chunk boundary
-        for _ in range(first):
-            r.read_batch()
-        comm.Barrier()
-        c0, t0 = time.thread_time(), time.perf_counter()
-        for _ in range(iters):
-            r.read_batch()
-        total, cpu = time.perf_counter() - t0, time.thread_time() - c0
+        total, cpu = back_to_back(comm, r.read_batch, first, iters)
         fetch = sum(row["wall_s"] for row in r.stats()
                     if row["phase"] == "read" and first <= row["batch"] < first + iters)
     return {"fetch": fetch / iters * 1e6, "python overhead": (total - fetch) / iters * 1e6,

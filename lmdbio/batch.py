@@ -136,6 +136,12 @@ class ChunkRecords:
         self.buffer, self.offsets, self.sizes = buffer, offsets, sizes
         self._uniform: dict = {}
 
+    def batch(self, row: int, n: int, indices: np.ndarray) -> Batch:
+        """The :class:`Batch` of records ``row .. row + n - 1`` (views of this chunk's arrays)."""
+        end = row + n
+        return Batch(self.buffer, self.offsets[row:end], self.sizes[row:end], indices, chunk=self,
+                     row=row)
+
     def uniform(self, max_pixels: int | None):
         """``(images, labels)`` of every record, ``(n, c, h, w)`` (a read-only view of the
         buffer when they lie at one stride), when all are raw Datums of one layout of at

@@ -65,14 +65,10 @@ class Private(Distributor):
     def publish(self, chunk: int, offsets: np.ndarray, sizes: np.ndarray, rec, t: int) -> None:
         assert self._buf is not None, "reserve() gives the chunk its buffer"
         self._records = ChunkRecords(self._buf, offsets, sizes)
-        self._offs = offsets.reshape(self.k, self.count)
-        self._sizes = sizes.reshape(self.k, self.count)
 
     def batch(self, chunk: int, it: int, indices: np.ndarray) -> Batch:
-        records = self._records
-        assert records is not None, "publish() hands the chunk's records over"
-        return Batch(records.buffer, self._offs[it], self._sizes[it], indices, chunk=records,
-                     row=it * self.count)
+        assert self._records is not None, "publish() hands the chunk's records over"
+        return self._records.batch(it * self.count, self.count, indices)
 
     def close(self, limit: float, agree: bool) -> None:
         self._slots = []
@@ -135,10 +131,7 @@ class NodeGroup(Distributor):
             # Copies: the header slot is rewritten when the slot comes round again.
             data, offs, sizes = self.slots().current(chunk)
             self._records = (chunk, ChunkRecords(data, offs.copy(), sizes.copy()))
-        records = self._records[1]
-        lo = it * self.count + self.member_lo
-        return Batch(records.buffer, records.offsets[lo:lo + self.per_rank],
-                     records.sizes[lo:lo + self.per_rank], indices, chunk=records, row=lo)
+        return self._records[1].batch(it * self.count + self.member_lo, self.per_rank, indices)
 
     def abandon(self) -> None:
         if self.gb is not None:
